@@ -1,0 +1,67 @@
+// Typed errors. Every error the relay raises says what is wrong and what to do, and carries
+// `retriable`: whether trying again later (next invocation) can succeed without a human.
+
+export abstract class RelayError extends Error {
+  abstract readonly retriable: boolean;
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+  }
+}
+
+/** Bad or missing configuration. Not retriable: fix the environment and redeploy. */
+export class ConfigError extends RelayError {
+  readonly retriable = false;
+  constructor(readonly problems: string[]) {
+    super(`invalid configuration:\n  - ${problems.join('\n  - ')}`);
+  }
+}
+
+/** A secret could not be fetched or does not have the expected shape. Never contains the value. */
+export class SecretError extends RelayError {
+  readonly retriable: boolean;
+  constructor(readonly secretId: string, reason: string, options?: { cause?: unknown; retriable?: boolean }) {
+    super(`secret ${JSON.stringify(secretId)}: ${reason}`, options);
+    this.retriable = options?.retriable ?? false;
+  }
+}
+
+/** The database refused or could not be reached. */
+export class DatabaseError extends RelayError {
+  readonly retriable: boolean;
+  constructor(message: string, options?: { cause?: unknown; retriable?: boolean }) {
+    super(message, options);
+    this.retriable = options?.retriable ?? true;
+  }
+}
+
+/** The broker or the network failed as a whole: no row is to blame, the invocation stops. */
+export class BrokerUnavailableError extends RelayError {
+  readonly retriable = true;
+}
+
+/** One message could not be published for a reason tied to that message (size, topic, ACL). */
+export class MessageRejectedError extends RelayError {
+  readonly retriable = true;
+  constructor(
+    message: string,
+    /** park at once instead of backing off: retrying can never succeed (e.g. too large). */
+    readonly permanent = false,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+/** An await did not finish within the invocation's remaining budget. */
+export class DeadlineExceededError extends RelayError {
+  readonly retriable = true;
+  constructor(what: string) {
+    super(`${what} did not finish before the invocation's deadline`);
+  }
+}
+
+export function describe(err: unknown): string {
+  if (err instanceof Error) return err.message;
+  return String(err);
+}

@@ -1,0 +1,38 @@
+// Table names come from configuration, and identifiers cannot be bound as query parameters.
+// So a name is accepted only if it is a plain (optionally schema-qualified) identifier, and it
+// is always emitted double-quoted. Nothing else from the environment ever reaches SQL text.
+export interface TableName {
+  schema: string | undefined;
+  name: string;
+}
+
+const IDENT = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
+
+export function parseTableName(raw: string): TableName {
+  const parts = raw.split('.');
+  if (parts.length > 2 || !parts.every((p) => IDENT.test(p))) {
+    throw new Error(
+      `${JSON.stringify(raw)} is not a valid table name; expected an identifier such as outbox or app.outbox ` +
+        '(letters, digits and underscores, starting with a letter or underscore, at most 63 characters per part)',
+    );
+  }
+  return parts.length === 2 ? { schema: parts[0], name: parts[1]! } : { schema: undefined, name: parts[0]! };
+}
+
+export function quoteIdent(ident: string): string {
+  return `"${ident.replaceAll('"', '""')}"`;
+}
+
+/** "schema"."name" or "name" */
+export function qualified(t: TableName): string {
+  return t.schema ? `${quoteIdent(t.schema)}.${quoteIdent(t.name)}` : quoteIdent(t.name);
+}
+
+/** a derived object name (index, constraint), quoted; truncated so it stays within 63 bytes */
+export function derivedName(t: TableName, suffix: string): string {
+  return quoteIdent(`${t.name.slice(0, 63 - suffix.length - 1)}_${suffix}`);
+}
+
+export function displayName(t: TableName): string {
+  return t.schema ? `${t.schema}.${t.name}` : t.name;
+}

@@ -1,0 +1,78 @@
+// Numbered .sql migrations, applied once per target table and recorded. Safe when several run
+// at once: the whole run holds a transaction-scoped advisory lock.
+import { readdirSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { Sql } from 'postgres';
+import { derivedName, displayName, qualified, quoteIdent, type TableName } from './identifier.ts';
+
+export interface Migration {
+  version: number;
+  name: string;
+  sql: string;
+}
+
+const here = dirname(fileURLToPath(import.meta.url));
+
+/** Migrations are read from src/outbox/migrations, or embedded by the bundler (see scripts/build.mjs). */
+export function loadMigrations(dir = join(here, 'migrations')): Migration[] {
+  const embedded = (globalThis as { __OUTBOX_MIGRATIONS__?: Migration[] }).__OUTBOX_MIGRATIONS__;
+  if (embedded) return embedded;
+  return readdirSync(dir)
+    .filter((f) => /^\d+_.+\.sql$/.test(f))
+    .sort()
+    .map((f) => ({ version: Number(f.split('_')[0]), name: f, sql: readFileSync(join(dir, f), 'utf8') }));
+}
+
+export function render(sqlText: string, table: TableName): string {
+  const names: Record<string, string> = {
+    table: qualified(table),
+    schema: table.schema ? quoteIdent(table.schema) : 'public',
+    pkey: derivedName(table, 'pkey'),
+    seq_key: derivedName(table, 'seq_key'),
+    headers_check: derivedName(table, 'headers_check'),
+    idx_claim: derivedName(table, 'claim_idx'),
+    idx_aggregate: derivedName(table, 'aggregate_idx'),
+    idx_sent: derivedName(table, 'sent_idx'),
+  };
+  return sqlText.replace(/\{\{(\w+)\}\}/g, (_, key: string) => {
+    const v = names[key];
+    if (v === undefined) throw new Error(`unknown migration placeholder {{${key}}}`);
+    return v;
+  });
+}
+
+export interface MigrateResult {
+  table: string;
+  applied: number[];
+  alreadyApplied: number[];
+}
+
+export async function migrate(sql: Sql, table: TableName, migrations = loadMigrations()): Promise<MigrateResult> {
+  const target = displayName(table);
+  return sql.begin(async (tx) => {
+    // one migrator at a time, across every process and table
+    await tx`SELECT pg_advisory_xact_lock(hashtext('outbox-relay:migrate'))`;
+    if (table.schema) await tx.unsafe(`CREATE SCHEMA IF NOT EXISTS ${quoteIdent(table.schema)}`);
+    await tx`
+      CREATE TABLE IF NOT EXISTS outbox_relay_migrations (
+        target     text        NOT NULL,
+        version    integer     NOT NULL,
+        name       text        NOT NULL,
+        applied_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (target, version)
+      )`;
+    const done = new Set((await tx<{ version: number }[]>`SELECT version FROM outbox_relay_migrations WHERE target = ${target}`).map((r) => r.version));
+    const result: MigrateResult = { table: target, applied: [], alreadyApplied: [] };
+    for (const m of migrations) {
+      if (done.has(m.version)) {
+        result.alreadyApplied.push(m.version);
+        continue;
+      }
+      await tx.unsafe(render(m.sql, table));
+      await tx`INSERT INTO outbox_relay_migrations (target, version, name) VALUES (${target}, ${m.version}, ${m.name})`;
+      result.applied.push(m.version);
+    }
+    return result;
+  });
+}

@@ -1,0 +1,165 @@
+// Postgres side of the loop. One transaction per batch on a reserved connection (BEGIN/COMMIT
+// by hand, because the loop keeps the next batch's transaction open while the current one is
+// being published). Every statement is bounded twice: server-side by statement_timeout and
+// client-side by the deadline race, and the transaction itself by
+// idle_in_transaction_session_timeout so it cannot outlive a frozen or killed invocation (G7).
+import type { ParkedPolicy } from '../config.ts';
+import type { Deadline } from '../budget.ts';
+import { DatabaseError, DeadlineExceededError } from '../errors.ts';
+import type { OutboxRow } from '../kafka/message.ts';
+import * as q from './sql.ts';
+import { qualified, type TableName } from './identifier.ts';
+import type { PendingQuery, ReservedSql, Row, Sql } from 'postgres';
+
+export interface ClaimedRow extends OutboxRow {
+  publishable: boolean;
+}
+
+export interface Failure {
+  seq: string;
+  error: string;
+  delayMs: number;
+  park: boolean;
+}
+
+export class OutboxStore {
+  readonly table: string;
+  readonly claimText: string;
+  /** set when a statement was abandoned mid-flight: the client must be replaced */
+  poisoned = false;
+
+  constructor(
+    readonly sql: Sql,
+    table: TableName,
+    policy: ParkedPolicy,
+    { guard = true }: { guard?: boolean } = {},
+  ) {
+    this.table = qualified(table);
+    this.claimText = guard ? q.claimSql(this.table, policy) : q.claimUnguardedSql(this.table);
+  }
+
+  async begin(deadline: Deadline): Promise<BatchTx> {
+    const conn = await this.bounded(deadline, 'reserving a database connection', this.sql.reserve());
+    const tx = new BatchTx(this, conn, deadline);
+    try {
+      await tx.run('BEGIN', conn`BEGIN`);
+      const stmtMs = String(Math.max(1, deadline.remaining()));
+      // the transaction may sit idle while the batch is on its way to Kafka; never past the deadline
+      const idleMs = String(Math.max(1, deadline.remaining() + 1_000));
+      await tx.run('setting timeouts', conn`SELECT set_config('statement_timeout', ${stmtMs}, true), set_config('lock_timeout', ${stmtMs}, true), set_config('idle_in_transaction_session_timeout', ${idleMs}, true)`);
+    } catch (err) {
+      await tx.rollback();
+      throw err;
+    }
+    return tx;
+  }
+
+  async anyDue(deadline: Deadline): Promise<boolean> {
+    const rows = await this.bounded(deadline, 'checking for due rows', this.sql.unsafe<{ due: boolean }[]>(q.anyDueSql(this.table)));
+    return rows[0]?.due ?? false;
+  }
+
+  async prune(retainMs: number, limit: number, deadline: Deadline): Promise<number> {
+    const res = await this.bounded(deadline, 'pruning sent rows', this.sql.unsafe(q.pruneSql(this.table), [retainMs, limit]));
+    return res.count;
+  }
+
+  /** Race a statement against the deadline; cancel it server-side and poison the client if it loses. */
+  async bounded<T>(deadline: Deadline, what: string, query: Promise<T> | PendingQuery<Row[]>): Promise<T> {
+    try {
+      return await deadline.race(what, query as Promise<T>, () => {
+        this.poisoned = true;
+        const cancel = (query as { cancel?: () => void }).cancel;
+        if (typeof cancel === 'function') cancel.call(query);
+      });
+    } catch (err) {
+      throw wrapDbError(err, what);
+    }
+  }
+}
+
+export class BatchTx {
+  private done = false;
+  constructor(
+    private readonly store: OutboxStore,
+    private readonly conn: ReservedSql,
+    private readonly deadline: Deadline,
+  ) {}
+
+  run<T>(what: string, query: Promise<T> | PendingQuery<Row[]>): Promise<T> {
+    return this.store.bounded(this.deadline, what, query);
+  }
+
+  async claim(limit: number, inflight: string[]): Promise<ClaimedRow[]> {
+    return this.run('claiming a batch', this.conn.unsafe<ClaimedRow[]>(this.store.claimText, [limit, inflight]));
+  }
+
+  async markSent(seqs: string[]): Promise<void> {
+    if (seqs.length) await this.run('marking rows sent', this.conn.unsafe(q.markSentSql(this.store.table), [seqs]));
+  }
+
+  async recordFailures(failures: Failure[]): Promise<void> {
+    if (!failures.length) return;
+    await this.run(
+      'recording failed attempts',
+      this.conn.unsafe(q.recordFailuresSql(this.store.table), [
+        failures.map((f) => f.seq),
+        failures.map((f) => f.error.slice(0, 2_000)),
+        failures.map((f) => Math.round(f.delayMs)),
+        failures.map((f) => f.park),
+      ]),
+    );
+  }
+
+  async commit(): Promise<void> {
+    try {
+      await this.run('committing the batch', this.conn`COMMIT`);
+      this.done = true;
+    } finally {
+      if (!this.done) await this.rollback();
+      else this.conn.release();
+    }
+  }
+
+  /** Never throws: a rollback that cannot reach the server is a rollback the server does itself. */
+  async rollback(): Promise<void> {
+    if (this.done) return;
+    this.done = true;
+    try {
+      if (!this.store.poisoned) await this.deadlineFree(this.conn`ROLLBACK`);
+    } catch {
+      this.store.poisoned = true;
+    } finally {
+      this.conn.release();
+    }
+  }
+
+  private async deadlineFree<T>(p: Promise<T>): Promise<T> {
+    // a rollback gets a short grace period of its own: the deadline may already be spent
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      return await Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error('rollback timed out')), 2_000)))]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}
+
+const AUTH_CODES = new Set(['28P01', '28000']);
+
+export function isAuthError(err: unknown): boolean {
+  const code = (err as { code?: unknown } | undefined)?.code ?? ((err as { cause?: { code?: unknown } } | undefined)?.cause?.code);
+  return typeof code === 'string' && AUTH_CODES.has(code);
+}
+
+export function wrapDbError(err: unknown, what: string): Error {
+  if (err instanceof DeadlineExceededError || err instanceof DatabaseError) return err;
+  const e = err as { code?: string; message?: string };
+  if (e?.code && AUTH_CODES.has(e.code)) {
+    return new DatabaseError(`database rejected the credentials while ${what} (${e.code}): check DATABASE_URL or the DATABASE_SECRET_ID secret`, { cause: err, retriable: false });
+  }
+  if (e?.code === '42P01') {
+    return new DatabaseError(`the outbox table does not exist (${e.message}): run \`outbox-relay migrate\` or check OUTBOX_TABLE`, { cause: err, retriable: false });
+  }
+  return new DatabaseError(`database error while ${what}: ${e?.message ?? String(err)}${e?.code ? ` (${e.code})` : ''}`, { cause: err });
+}

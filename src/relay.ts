@@ -1,0 +1,221 @@
+// The invocation loop (DESIGN §2): claim → publish → mark, one transaction per batch, until the
+// budget or the rows run out. The next batch is claimed while the current one is on its way to
+// the broker, so the database and Kafka work at the same time; the current batch's marks are
+// committed before the next batch is published, so a crash re-sends at most one batch (G2).
+import { BatchTimer, type Deadline } from './budget.ts';
+import { backoffMs, shouldPark } from './backoff.ts';
+import type { Config } from './config.ts';
+import { DatabaseError, DeadlineExceededError, MessageRejectedError, RelayError, describe } from './errors.ts';
+import type { Logger } from './log.ts';
+import { encodedSize, toMessage, type OutboundMessage } from './kafka/message.ts';
+import type { PublishOutcome, Publisher } from './kafka/publisher.ts';
+import type { BatchTx, ClaimedRow, Failure, OutboxStore } from './outbox/store.ts';
+
+export type StopReason =
+  | 'empty' // nothing pending and due
+  | 'drained' // the last claim came back short: everything due was taken
+  | 'held-back' // everything claimable waits behind an earlier row of its aggregate
+  | 'locked' // every due row is held by other invocations
+  | 'budget' // not enough time left for another batch
+  | 'broker-unavailable'
+  | 'database-error';
+
+export interface Summary {
+  claimed: number;
+  published: number;
+  retried: number;
+  parked: number;
+  heldBack: number;
+  batches: number;
+  pruned: number;
+  durationMs: number;
+  stoppedBecause: StopReason;
+  error?: string;
+}
+
+export interface RelayDeps {
+  store: OutboxStore;
+  publisher: Publisher;
+  config: Config['outbox'];
+  logger: Logger;
+  /** test-only: pause after the broker acked a batch, before its marks commit (crash window) */
+  pauseAfterPublishMs?: number;
+  random?: () => number;
+}
+
+interface Batch {
+  tx: BatchTx;
+  rows: ClaimedRow[];
+  startedAt: number;
+}
+
+export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promise<Summary> {
+  const started = Date.now();
+  const { store, config, logger } = deps;
+  const timer = new BatchTimer();
+  const summary: Summary = { claimed: 0, published: 0, retried: 0, parked: 0, heldBack: 0, batches: 0, pruned: 0, durationMs: 0, stoppedBecause: 'budget' };
+
+  let current: Batch | undefined;
+  let next: Promise<Batch | undefined> | undefined;
+  try {
+    if (!deadline.fits(timer.expected())) return finish(summary, started, 'budget');
+    current = await claim(deps, deadline, []);
+    while (current) {
+      const batch: Batch = current;
+      current = undefined;
+      const publishable = batch.rows.filter((r) => r.publishable);
+      summary.claimed += publishable.length;
+      summary.heldBack += batch.rows.length - publishable.length;
+      summary.batches++;
+
+      if (batch.rows.length === 0 || publishable.length === 0) {
+        await batch.tx.rollback();
+        summary.stoppedBecause = batch.rows.length > 0 ? 'held-back' : (await store.anyDue(deadline)) ? 'locked' : 'empty';
+        break;
+      }
+
+      // Claim the next batch while this one is published. This invocation's in-flight rows do
+      // not hold back later rows of the same aggregates: those are published after these.
+      const full = batch.rows.length >= config.batchSize;
+      next = full && deadline.fits(timer.expected() * 2) ? claim(deps, deadline, publishable.map((r) => r.seq)) : undefined;
+      // awaited below; this only keeps an early rejection from counting as unhandled meanwhile
+      next?.catch(() => undefined);
+
+      const outcome = await publishBatch(deps, publishable, deadline);
+      if (deps.pauseAfterPublishMs && outcome.acked.length) {
+        logger.warn('test hook: pausing after publish, before marks commit', { pauseMs: deps.pauseAfterPublishMs, acked: outcome.acked.length });
+        await new Promise((r) => setTimeout(r, deps.pauseAfterPublishMs));
+      }
+      await settle(deps, batch, outcome, summary);
+      timer.record(Date.now() - batch.startedAt);
+
+      const pending: Promise<Batch | undefined> | undefined = next;
+      next = undefined;
+      if (outcome.unavailable) {
+        await discard(pending);
+        summary.stoppedBecause = outcome.unavailable instanceof DeadlineExceededError ? 'budget' : 'broker-unavailable';
+        summary.error = outcome.unavailable.message;
+        logger.warn('broker unavailable; stopping this invocation, rows stay pending', { error: outcome.unavailable });
+        break;
+      }
+      if (!pending) {
+        summary.stoppedBecause = full ? 'budget' : 'drained';
+        break;
+      }
+      const following = await pending;
+      if (!following) break;
+      // A row rejected in this batch blocks its aggregate's later rows claimed meanwhile.
+      const blocked = new Set(outcome.rejected.map((r) => publishable.find((p) => p.seq === r.seq)?.aggregateid));
+      if (blocked.size) for (const r of following.rows) if (blocked.has(r.aggregateid)) r.publishable = false;
+      if (!deadline.fits(timer.expected())) {
+        await following.tx.rollback();
+        summary.stoppedBecause = 'budget';
+        break;
+      }
+      current = following;
+    }
+  } catch (err) {
+    await current?.tx.rollback();
+    await discard(next);
+    if (err instanceof DeadlineExceededError) {
+      summary.stoppedBecause = 'budget';
+      summary.error = err.message;
+    } else if (err instanceof DatabaseError) {
+      summary.stoppedBecause = 'database-error';
+      summary.error = err.message;
+      throw Object.assign(err, { summary: finish(summary, started, 'database-error') });
+    } else {
+      throw err;
+    }
+  }
+
+  if (config.retainSentMs > 0 && deadline.fits(timer.expected()) && summary.stoppedBecause !== 'broker-unavailable') {
+    try {
+      summary.pruned = await store.prune(config.retainSentMs, 5_000, deadline);
+    } catch (err) {
+      logger.warn('pruning old sent rows failed; will try again next invocation', { error: err });
+    }
+  }
+  return finish(summary, started, summary.stoppedBecause);
+}
+
+function finish(summary: Summary, started: number, reason: StopReason): Summary {
+  summary.stoppedBecause = reason;
+  summary.durationMs = Date.now() - started;
+  return summary;
+}
+
+async function claim(deps: RelayDeps, deadline: Deadline, inflight: string[]): Promise<Batch> {
+  const startedAt = Date.now();
+  const tx = await deps.store.begin(deadline);
+  try {
+    const rows = await tx.claim(deps.config.batchSize, inflight);
+    return { tx, rows, startedAt };
+  } catch (err) {
+    await tx.rollback();
+    throw err;
+  }
+}
+
+async function discard(pending: Promise<Batch | undefined> | undefined): Promise<void> {
+  if (!pending) return;
+  try {
+    const b = await pending;
+    await b?.tx.rollback();
+  } catch {
+    // the claim itself failed; its transaction was already rolled back
+  }
+}
+
+/** Map rows to messages, park what can never be sent, publish the rest. */
+async function publishBatch(deps: RelayDeps, rows: ClaimedRow[], deadline: Deadline): Promise<PublishOutcome & { seqToRow: Map<string, ClaimedRow> }> {
+  const seqToRow = new Map(rows.map((r) => [r.seq, r]));
+  const rejected: PublishOutcome['rejected'] = [];
+  const messages: OutboundMessage[] = [];
+  const blocked = new Set<string>();
+  for (const row of rows) {
+    // once a row of an aggregate is rejected, its later rows in this batch wait (order, G4)
+    if (blocked.has(row.aggregateid)) continue;
+    try {
+      const m = toMessage(row, deps.config.topicTemplate);
+      const size = encodedSize(m);
+      const limit = await deps.publisher.maxMessageBytes(m.topic, deadline);
+      if (size > limit) {
+        throw new MessageRejectedError(`message is ${size} bytes, over the ${limit}-byte limit of topic ${m.topic}: shrink the payload or raise max.message.bytes / OUTBOX_MAX_MESSAGE_BYTES`, true);
+      }
+      messages.push(m);
+    } catch (err) {
+      if (!(err instanceof MessageRejectedError)) throw err;
+      rejected.push({ seq: row.seq, error: err });
+      blocked.add(row.aggregateid);
+    }
+  }
+  const outcome = await deps.publisher.publish(messages, deadline);
+  return { ...outcome, rejected: [...rejected, ...outcome.rejected], seqToRow };
+}
+
+/** Mark acked rows sent, charge rejected rows an attempt (or park them), commit. */
+async function settle(deps: RelayDeps, batch: Batch, outcome: PublishOutcome & { seqToRow: Map<string, ClaimedRow> }, summary: Summary): Promise<void> {
+  const random = deps.random ?? Math.random;
+  const failures: Failure[] = outcome.rejected.map(({ seq, error }) => {
+    const attempt = (outcome.seqToRow.get(seq)?.attempts ?? 0) + 1;
+    const park = shouldPark(attempt, deps.config.maxAttempts, error.permanent);
+    return { seq, error: error.message, park, delayMs: park ? 0 : backoffMs(attempt, deps.config.backoffBaseMs, deps.config.backoffMaxMs, random) };
+  });
+  try {
+    await batch.tx.markSent(outcome.acked);
+    await batch.tx.recordFailures(failures);
+    await batch.tx.commit();
+  } catch (err) {
+    await batch.tx.rollback();
+    // acked but not marked: these rows will be sent again (at-least-once), with the same ids
+    deps.logger.error('could not commit the batch marks; its rows will be re-sent', { acked: outcome.acked.length, error: err });
+    throw err instanceof RelayError ? err : new DatabaseError(`committing marks failed: ${describe(err)}`, { cause: err });
+  }
+  summary.published += outcome.acked.length;
+  for (const f of failures) {
+    if (f.park) summary.parked++;
+    else summary.retried++;
+    deps.logger.warn(f.park ? 'row parked' : 'row will be retried', { seq: f.seq, error: f.error, delayMs: f.delayMs });
+  }
+}

@@ -1,0 +1,88 @@
+// Secrets Manager: fetched once per container and cached (a warm invocation makes no call),
+// fetched again only when the credentials were refused (rotation). Values are never logged and
+// never appear in error messages: errors name the secret id and what is wrong with its shape.
+import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+import { SecretError } from './errors.ts';
+import type { KafkaCredentials } from './kafka/kafkajs.ts';
+
+export interface SecretSource {
+  get(secretId: string, refresh?: boolean): Promise<string>;
+}
+
+export class SecretsManagerSource implements SecretSource {
+  private readonly cache = new Map<string, Promise<string>>();
+  fetches = 0;
+
+  // region, credentials and AWS_ENDPOINT_URL (LocalStack, moto) are resolved by the SDK itself
+  constructor(private readonly client = new SecretsManagerClient({ maxAttempts: 3 })) {}
+
+  get(secretId: string, refresh = false): Promise<string> {
+    const cached = this.cache.get(secretId);
+    if (cached && !refresh) return cached;
+    const p = this.fetch(secretId);
+    this.cache.set(secretId, p);
+    p.catch(() => this.cache.delete(secretId));
+    return p;
+  }
+
+  private async fetch(secretId: string): Promise<string> {
+    this.fetches++;
+    let out;
+    try {
+      out = await this.client.send(new GetSecretValueCommand({ SecretId: secretId }));
+    } catch (err) {
+      const name = (err as { name?: string }).name ?? 'Error';
+      const hint =
+        name === 'ResourceNotFoundException'
+          ? 'no such secret: check the id/ARN and the region'
+          : name === 'AccessDeniedException'
+            ? 'access denied: the function role needs secretsmanager:GetSecretValue on this secret (and kms:Decrypt on its key)'
+            : `could not be read (${name}: ${(err as Error).message})`;
+      throw new SecretError(secretId, hint, { cause: err, retriable: name !== 'ResourceNotFoundException' && name !== 'AccessDeniedException' });
+    }
+    if (typeof out.SecretString !== 'string' || out.SecretString === '') {
+      throw new SecretError(secretId, 'has no SecretString (binary secrets are not supported): store the value as a string');
+    }
+    return out.SecretString;
+  }
+}
+
+/**
+ * A database secret is either a postgres:// URL or the JSON RDS writes on rotation:
+ * {"username","password","host","port","dbname"} (engine and others ignored).
+ */
+export function databaseUrlFromSecret(secretId: string, raw: string): string {
+  const text = raw.trim();
+  if (/^postgres(ql)?:\/\//.test(text)) return text;
+  const obj = parseJsonObject(secretId, text, 'a postgres:// URL or RDS-style JSON {"username","password","host","port","dbname"}');
+  const missing = ['username', 'password', 'host'].filter((k) => typeof obj[k] !== 'string' || obj[k] === '');
+  if (missing.length) throw new SecretError(secretId, `is missing ${missing.join(', ')}; expected RDS-style JSON {"username","password","host","port","dbname"}`);
+  const port = obj.port === undefined ? 5432 : Number(obj.port);
+  if (!Number.isInteger(port) || port <= 0 || port > 65535) throw new SecretError(secretId, 'has a port that is not a number between 1 and 65535');
+  const dbname = typeof obj.dbname === 'string' && obj.dbname ? obj.dbname : typeof obj.dbName === 'string' ? obj.dbName : 'postgres';
+  const u = encodeURIComponent;
+  return `postgres://${u(obj.username as string)}:${u(obj.password as string)}@${obj.host as string}:${port}/${u(dbname)}`;
+}
+
+/** Kafka SASL credentials: {"username","password","mechanism"} with mechanism plain | scram-sha-256 | scram-sha-512. */
+export function kafkaCredentialsFromSecret(secretId: string, raw: string): KafkaCredentials {
+  const obj = parseJsonObject(secretId, raw.trim(), 'JSON {"username","password","mechanism"}');
+  const missing = ['username', 'password'].filter((k) => typeof obj[k] !== 'string' || obj[k] === '');
+  if (missing.length) throw new SecretError(secretId, `is missing ${missing.join(', ')}; expected JSON {"username","password","mechanism"}`);
+  const mechanism = (typeof obj.mechanism === 'string' ? obj.mechanism : 'scram-sha-512').toLowerCase();
+  if (mechanism !== 'plain' && mechanism !== 'scram-sha-256' && mechanism !== 'scram-sha-512') {
+    throw new SecretError(secretId, `has mechanism ${JSON.stringify(mechanism)}; expected plain, scram-sha-256 or scram-sha-512`);
+  }
+  return { username: obj.username as string, password: obj.password as string, mechanism };
+}
+
+function parseJsonObject(secretId: string, text: string, expected: string): Record<string, unknown> {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    throw new SecretError(secretId, `is not valid JSON; expected ${expected}`);
+  }
+  if (!value || typeof value !== 'object' || Array.isArray(value)) throw new SecretError(secretId, `is not a JSON object; expected ${expected}`);
+  return value as Record<string, unknown>;
+}
