@@ -1,0 +1,344 @@
+// Packages the service exactly as a deploy would (scripts/package.sh: esbuild bundle + zip, then
+// `osls package`, offline) and checks the CloudFormation template that would be deployed: the
+// schedule, the runtime, and above all that the function may read exactly its own secrets.
+//
+// The template keeps optional parts behind CloudFormation Conditions (HasVpc, HasKafkaSecret,
+// HasKmsKey) whose operands are literals once the parameters are resolved, so the checks below
+// evaluate those conditions the way CloudFormation would and look at the effective result.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+const zipPath = join(root, '.build', 'relay.zip');
+const bundlePath = join(root, '.build', 'relay', 'handler.mjs');
+
+const ACCOUNT = '123456789012';
+const DB_SECRET = `arn:aws:secretsmanager:us-east-1:${ACCOUNT}:secret:outbox/database-AbCdEf`;
+const KAFKA_SECRET = `arn:aws:secretsmanager:us-east-1:${ACCOUNT}:secret:outbox/kafka-GhIjKl`;
+const KMS_KEY = `arn:aws:kms:us-east-1:${ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab`;
+const BROKERS = 'b-1.relay.kafka.us-east-1.amazonaws.com:9096,b-2.relay.kafka.us-east-1.amazonaws.com:9096';
+
+type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+type Obj = { [key: string]: Json };
+interface Resource {
+  Type: string;
+  Properties?: Obj;
+  DependsOn?: string | string[];
+  Condition?: string;
+}
+interface Template {
+  Resources: Record<string, Resource>;
+  Conditions?: Obj;
+}
+interface Statement {
+  Sid?: string;
+  Effect: string;
+  Action: string | string[];
+  Resource: Json;
+  Condition?: Obj;
+}
+
+const tmpDirs: string[] = [];
+
+function packageWith(params: string[]): Template {
+  const dir = mkdtempSync(join(tmpdir(), 'outbox-relay-package-'));
+  tmpDirs.push(dir);
+  const res = spawnSync('bash', ['scripts/package.sh', ...params.map((p) => `--param=${p}`)], {
+    cwd: root,
+    env: { ...process.env, STAGE: 'prod', REGION: 'us-east-1', PACKAGE_DIR: dir },
+    encoding: 'utf8',
+    timeout: 180_000,
+  });
+  assert.equal(res.status, 0, `scripts/package.sh failed (status ${res.status}):\n${res.stdout}\n${res.stderr}`);
+  return JSON.parse(readFileSync(join(dir, 'cloudformation-template-update-stack.json'), 'utf8')) as Template;
+}
+
+const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
+const NO_VALUE = Symbol('AWS::NoValue');
+
+/** Evaluates a condition the way CloudFormation does; only literal operands occur here. */
+function condition(t: Template, name: string): boolean {
+  const def = t.Conditions?.[name];
+  assert.ok(def !== undefined, `condition ${name} is not defined`);
+  const ev = (c: Json): boolean | string => {
+    if (typeof c === 'string') return c;
+    assert.ok(isObj(c), `unsupported condition operand ${JSON.stringify(c)}`);
+    const [fn, args] = Object.entries(c)[0] as [string, Json];
+    const list = args as Json[];
+    switch (fn) {
+      case 'Fn::Not':
+        return !ev(list[0] as Json);
+      case 'Fn::Equals':
+        return ev(list[0] as Json) === ev(list[1] as Json);
+      case 'Fn::And':
+        return list.every((x) => ev(x) === true);
+      case 'Fn::Or':
+        return list.some((x) => ev(x) === true);
+      case 'Condition':
+        return condition(t, args as string);
+      default:
+        assert.fail(`unsupported condition function ${fn}`);
+    }
+  };
+  const v = ev(def);
+  assert.equal(typeof v, 'boolean');
+  return v as boolean;
+}
+
+/** Resolves Fn::If and drops AWS::NoValue, leaving every other intrinsic as it is. */
+function effective(t: Template, v: Json): Json | typeof NO_VALUE {
+  if (Array.isArray(v)) {
+    return v.map((x) => effective(t, x)).filter((x): x is Json => x !== NO_VALUE);
+  }
+  if (!isObj(v)) return v;
+  if (v.Ref === 'AWS::NoValue') return NO_VALUE;
+  if ('Fn::If' in v) {
+    const [name, yes, no] = v['Fn::If'] as [string, Json, Json];
+    return effective(t, condition(t, name) ? yes : no);
+  }
+  const out: Obj = {};
+  for (const [k, x] of Object.entries(v)) {
+    const e = effective(t, x);
+    if (e !== NO_VALUE) out[k] = e;
+  }
+  return out;
+}
+
+function props(t: Template, logicalId: string): Obj {
+  const r = t.Resources[logicalId];
+  assert.ok(r, `resource ${logicalId} missing; resources: ${Object.keys(t.Resources).join(', ')}`);
+  if (r.Condition) assert.ok(condition(t, r.Condition), `${logicalId} is conditional and its condition is false`);
+  const p = effective(t, r.Properties ?? {});
+  assert.ok(isObj(p));
+  return p;
+}
+
+function ofType(t: Template, type: string): string[] {
+  return Object.entries(t.Resources)
+    .filter(([, r]) => r.Type === type && (!r.Condition || condition(t, r.Condition)))
+    .map(([id]) => id);
+}
+
+function theFunction(t: Template): { id: string; p: Obj } {
+  const ids = ofType(t, 'AWS::Lambda::Function');
+  assert.deepEqual(ids, ['RelayLambdaFunction']);
+  return { id: 'RelayLambdaFunction', p: props(t, 'RelayLambdaFunction') };
+}
+
+/** Every statement granted to the function's role: its inline policies and attached AWS::IAM::Policy resources. */
+function roleStatements(t: Template): Statement[] {
+  const fn = theFunction(t).p;
+  const roleRef = fn.Role as Obj;
+  const roleId = (roleRef['Fn::GetAtt'] as string[])[0] as string;
+  const role = props(t, roleId);
+  const docs: Json[] = [];
+  for (const pol of (role.Policies ?? []) as Obj[]) docs.push(pol.PolicyDocument as Json);
+  for (const id of ofType(t, 'AWS::IAM::Policy')) {
+    const p = props(t, id);
+    const roles = (p.Roles ?? []) as Json[];
+    if (roles.some((r) => isObj(r) && r.Ref === roleId)) docs.push(p.PolicyDocument as Json);
+  }
+  return docs.flatMap((d) => (isObj(d) ? ((d.Statement ?? []) as unknown as Statement[]) : []));
+}
+
+const list = (v: Json | undefined): Json[] => (v === undefined ? [] : Array.isArray(v) ? v : [v]);
+const actions = (s: Statement): string[] => list(s.Action) as string[];
+const touches = (s: Statement, service: string) =>
+  actions(s).some((a) => a === '*' || a.toLowerCase().startsWith(`${service}:`));
+
+/** No `*` action, no `secretsmanager:*`/`kms:*`, no `Resource: "*"`, and GetSecretValue is the only secretsmanager action. */
+function assertNoWildcards(statements: Statement[]): void {
+  for (const s of statements.filter((x) => touches(x, 'secretsmanager') || touches(x, 'kms'))) {
+    assert.ok(!actions(s).some((a) => a === '*' || a.endsWith(':*')), `wildcard action in ${JSON.stringify(s)}`);
+    assert.ok(!list(s.Resource).includes('*'), `Resource "*" in ${JSON.stringify(s)}`);
+    for (const a of actions(s).filter((x) => x.startsWith('secretsmanager:'))) assert.equal(a, 'secretsmanager:GetSecretValue');
+  }
+}
+
+function managedPolicies(t: Template): Json[] {
+  const fn = theFunction(t).p;
+  const roleId = ((fn.Role as Obj)['Fn::GetAtt'] as string[])[0] as string;
+  return list(props(t, roleId).ManagedPolicyArns);
+}
+
+after(() => {
+  for (const d of tmpDirs) rmSync(d, { recursive: true, force: true });
+});
+
+describe('packaged for AWS (stage prod, default parameters)', () => {
+  let t: Template;
+  before(() => {
+    t = packageWith([`databaseSecretArn=${DB_SECRET}`, `kafkaSecretArn=${KAFKA_SECRET}`, `kafkaBrokers=${BROKERS}`]);
+  });
+
+  it('runs the bundled handler on nodejs24.x, arm64, with the configured timeout and memory', () => {
+    const { p } = theFunction(t);
+    assert.equal(p.Runtime, 'nodejs24.x');
+    assert.deepEqual(p.Architectures, ['arm64']);
+    assert.equal(p.Handler, 'handler.handler');
+    assert.equal(p.Timeout, 60);
+    assert.equal(p.MemorySize, 512);
+    assert.match((p.Code as Obj).S3Key as string, /\/relay\.zip$/);
+    assert.equal(p.ReservedConcurrentExecutions, undefined, 'no reserved concurrency unless asked for');
+    assert.equal(p.VpcConfig, undefined, 'no VPC unless subnetIds is given');
+  });
+
+  it('is fired every minute by an EventBridge rule targeting the function', () => {
+    const rules = ofType(t, 'AWS::Events::Rule');
+    assert.equal(rules.length, 1);
+    const rule = props(t, rules[0] as string);
+    assert.equal(rule.ScheduleExpression, 'rate(1 minute)');
+    assert.equal(rule.State, 'ENABLED');
+    const targets = rule.Targets as Obj[];
+    assert.equal(targets.length, 1);
+    assert.deepEqual((targets[0] as Obj).Arn, { 'Fn::GetAtt': ['RelayLambdaFunction', 'Arn'] });
+
+    const perms = ofType(t, 'AWS::Lambda::Permission').map((id) => props(t, id));
+    assert.ok(
+      perms.some(
+        (p) =>
+          p.Principal === 'events.amazonaws.com' &&
+          p.Action === 'lambda:InvokeFunction' &&
+          JSON.stringify(p.SourceArn) === JSON.stringify({ 'Fn::GetAtt': [rules[0], 'Arn'] }),
+      ),
+      'EventBridge may invoke the function',
+    );
+  });
+
+  it('turns Lambda async retries off (the next tick retries anyway)', () => {
+    const confs = ofType(t, 'AWS::Lambda::EventInvokeConfig').map((id) => props(t, id));
+    assert.equal(confs.length, 1);
+    const conf = confs[0] as Obj;
+    assert.deepEqual(conf.FunctionName, { Ref: 'RelayLambdaFunction' });
+    assert.equal(conf.MaximumRetryAttempts, 0);
+    assert.equal(conf.MaximumEventAgeInSeconds, 120);
+  });
+
+  it('passes the relay its configuration through the environment', () => {
+    const env = (theFunction(t).p.Environment as Obj).Variables as Obj;
+    assert.deepEqual(env, {
+      NODE_OPTIONS: '--enable-source-maps',
+      DATABASE_SECRET_ID: DB_SECRET,
+      DATABASE_PREPARE: 'true',
+      KAFKA_BROKERS: BROKERS,
+      KAFKA_SECRET_ID: KAFKA_SECRET,
+      KAFKA_SSL: 'true',
+      OUTBOX_TABLE: 'outbox',
+      OUTBOX_BATCH_SIZE: '500',
+      OUTBOX_SAFETY_MARGIN_MS: '3000',
+      OUTBOX_MAX_ATTEMPTS: '10',
+      OUTBOX_BACKOFF_BASE_MS: '1000',
+      OUTBOX_BACKOFF_MAX_MS: '300000',
+      OUTBOX_TOPIC_TEMPLATE: 'outbox.event.{aggregatetype}',
+      OUTBOX_PARKED_POLICY: 'hold',
+      OUTBOX_RETAIN_SENT_MS: '86400000',
+      OUTBOX_LOG_LEVEL: 'info',
+    });
+  });
+
+  it('may read exactly the two configured secrets, and nothing with a wildcard', () => {
+    const statements = roleStatements(t);
+    const read = statements.filter((s) => s.Effect === 'Allow' && actions(s).includes('secretsmanager:GetSecretValue'));
+    assert.deepEqual(read.flatMap((s) => list(s.Resource)).sort(), [DB_SECRET, KAFKA_SECRET].sort());
+    assertNoWildcards(statements);
+    assert.ok(!statements.some((s) => touches(s, 'kms')), 'no kms permission without kmsKeyArn');
+    // the first tick must not run before the secrets policy is attached
+    assert.ok(list(t.Resources.RelayLambdaFunction?.DependsOn).includes('RelaySecretsPolicy'));
+  });
+
+  it('keeps its logs for 14 days and attaches no managed policy outside a VPC', () => {
+    const groups = ofType(t, 'AWS::Logs::LogGroup').map((id) => props(t, id));
+    assert.equal(groups.length, 1);
+    assert.equal((groups[0] as Obj).RetentionInDays, 14);
+    assert.deepEqual(managedPolicies(t), []);
+  });
+
+  it('ships a small, self-contained zip', () => {
+    assert.ok(existsSync(zipPath), `${zipPath} missing`);
+    const size = statSync(zipPath).size;
+    assert.ok(size > 10_000 && size < 5 * 1024 * 1024, `zip is ${size} bytes`);
+    const zip = readFileSync(zipPath);
+    assert.ok(zip.includes('handler.mjs'), 'zip contains handler.mjs');
+    assert.ok(zip.includes('handler.mjs.map'), 'zip contains the source map');
+
+    // The bundle must load with no node_modules around it, as in Lambda.
+    const dir = mkdtempSync(join(tmpdir(), 'outbox-relay-bundle-'));
+    tmpDirs.push(dir);
+    copyFileSync(bundlePath, join(dir, 'handler.mjs'));
+    const probe = spawnSync(
+      process.execPath,
+      ['--input-type=module', '-e', `const m = await import(${JSON.stringify(join(dir, 'handler.mjs'))}); console.log(typeof m.handler);`],
+      {
+        cwd: dir,
+        encoding: 'utf8',
+        timeout: 30_000,
+        env: {
+          PATH: process.env.PATH ?? '',
+          DATABASE_URL: 'postgres://relay:relay@127.0.0.1:1/relay',
+          KAFKA_BROKERS: '127.0.0.1:1',
+          KAFKAJS_NO_PARTITIONER_WARNING: '1',
+        },
+      },
+    );
+    assert.equal(probe.status, 0, `importing the bundle failed:\n${probe.stderr}`);
+    assert.equal(probe.stdout.trim(), 'function');
+  });
+});
+
+describe('packaged for AWS with VPC, KMS key, reserved concurrency and a longer timeout', () => {
+  let t: Template;
+  before(() => {
+    t = packageWith([
+      `databaseSecretArn=${DB_SECRET}`,
+      `kafkaBrokers=${BROKERS}`,
+      `kmsKeyArn=${KMS_KEY}`,
+      'reservedConcurrency=3',
+      'timeout=120',
+      'subnetIds=subnet-0aaa,subnet-0bbb',
+      'securityGroupIds=sg-0ccc',
+      'databasePrepare=false',
+    ]);
+  });
+
+  it('uses the given timeout and reserved concurrency', () => {
+    const { p } = theFunction(t);
+    assert.equal(p.Timeout, 120);
+    assert.equal(p.ReservedConcurrentExecutions, 3);
+    assert.equal(((p.Environment as Obj).Variables as Obj).DATABASE_PREPARE, 'false');
+  });
+
+  it('may decrypt with exactly that key, and only through Secrets Manager', () => {
+    const statements = roleStatements(t);
+    assertNoWildcards(statements);
+    const kms = statements.filter((s) => touches(s, 'kms'));
+    assert.equal(kms.length, 1);
+    const s = kms[0] as Statement;
+    assert.equal(s.Effect, 'Allow');
+    assert.deepEqual(actions(s), ['kms:Decrypt']);
+    assert.deepEqual(list(s.Resource), [KMS_KEY]);
+    assert.ok(JSON.stringify(s.Condition).includes('kms:ViaService'));
+  });
+
+  it('reads only the database secret when no Kafka secret is configured', () => {
+    const statements = roleStatements(t);
+    const read = statements.filter((s) => actions(s).includes('secretsmanager:GetSecretValue'));
+    assert.deepEqual(read.flatMap((s) => list(s.Resource)), [DB_SECRET]);
+    const env = (theFunction(t).p.Environment as Obj).Variables as Obj;
+    assert.equal(env.KAFKA_SECRET_ID, '', 'empty means unset to the relay');
+  });
+
+  it('runs in the given subnets and security groups, with the ENI permissions Lambda needs there', () => {
+    const vpc = theFunction(t).p.VpcConfig as Obj;
+    assert.deepEqual(vpc, {
+      SubnetIds: { 'Fn::Split': [',', 'subnet-0aaa,subnet-0bbb'] },
+      SecurityGroupIds: { 'Fn::Split': [',', 'sg-0ccc'] },
+    });
+    assert.equal(managedPolicies(t).length, 1);
+    assert.match(JSON.stringify(managedPolicies(t)[0]), /:iam::aws:policy\/service-role\/AWSLambdaVPCAccessExecutionRole/);
+  });
+});
