@@ -67,6 +67,8 @@ const common = {
   mainFields: ['module', 'main'],
   treeShaking: true,
   minify: true,
+  // keep class and function names: errors are logged by name (ConfigError, not `ir`)
+  keepNames: true,
   sourcemap: 'linked',
   sourcesContent: false,
   legalComments: 'none',
