@@ -194,6 +194,8 @@ async function run(): Promise<void> {
       process.stderr.write(`outbox-relay: ${err.message}\n\n${USAGE}\n`);
       code = 2;
     } else {
+      const summary = (err as { summary?: Summary }).summary;
+      if (summary) process.stdout.write(JSON.stringify(summary) + '\n');
       const kind = err instanceof RelayError ? err.name : 'error';
       const cause = (err as { cause?: unknown }).cause;
       const causeText = cause instanceof Error && !(err as Error).message.includes(cause.message) ? `\n  cause: ${cause.message}` : '';

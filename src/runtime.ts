@@ -4,7 +4,7 @@
 import postgres, { type Sql } from 'postgres';
 import { Deadline } from './budget.ts';
 import type { Config } from './config.ts';
-import { DatabaseError } from './errors.ts';
+import { BrokerUnavailableError, DatabaseError } from './errors.ts';
 import { KafkajsPublisher } from './kafka/kafkajs.ts';
 import type { Publisher } from './kafka/publisher.ts';
 import type { Logger } from './log.ts';
@@ -79,16 +79,24 @@ export class Runtime {
       logger,
       pauseAfterPublishMs: this.config.testPauseAfterPublishMs,
     });
+    let summary: Summary;
     try {
-      return await runInvocation(deps(await this.outboxStore()), deadline);
+      summary = await runInvocation(deps(await this.outboxStore()), deadline);
     } catch (err) {
       // credentials rotated under us: read the secret again once and retry with the same deadline
-      if (err instanceof DatabaseError && isAuthError(err.cause) && this.config.database.secretId) {
-        logger.warn('database refused the credentials; refreshing the database secret once', { secretId: this.config.database.secretId });
-        return await runInvocation(deps(await this.outboxStore(true)), deadline);
-      }
-      throw err;
+      if (!(err instanceof DatabaseError && isAuthError(err.cause) && this.config.database.secretId)) throw err;
+      logger.warn('database refused the credentials; refreshing the database secret once', { secretId: this.config.database.secretId });
+      summary = await runInvocation(deps(await this.outboxStore(true)), deadline);
     }
+    if (summary.stoppedBecause === 'broker-unavailable') {
+      // rows stay pending and the next invocation retries; fail this one so it shows in
+      // Lambda's Errors metric and alarms fire while the broker is away
+      throw Object.assign(
+        new BrokerUnavailableError(`Kafka unavailable at ${this.config.kafka.brokers.join(',')}: ${summary.error ?? 'unknown error'}; check KAFKA_BROKERS, network access and the broker`),
+        { summary },
+      );
+    }
+    return summary;
   }
 
   async closeDatabase(): Promise<void> {
@@ -98,8 +106,15 @@ export class Runtime {
     await sql?.end({ timeout: 1 }).catch(() => undefined);
   }
 
-  async close(): Promise<void> {
-    await Promise.allSettled([this.closeDatabase(), this.publisherInstance?.close()]);
+  /** Bounded: a hung broker or database must not keep a CLI process (or a test) alive. */
+  async close(timeoutMs = 3_000): Promise<void> {
+    const publisher = this.publisherInstance;
     this.publisherInstance = undefined;
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      Promise.allSettled([this.closeDatabase(), publisher?.close()]),
+      new Promise((resolve) => (timer = setTimeout(resolve, timeoutMs).unref())),
+    ]);
+    clearTimeout(timer);
   }
 }

@@ -1,0 +1,252 @@
+// Shared fixtures for integration tests against the real local services (npm run services:up).
+// Each test gets its own outbox table and its own topics, so tests never see each other's rows.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import kafkajs from 'kafkajs';
+import postgres, { type Sql } from 'postgres';
+import { migrate } from '../../src/outbox/migrate.ts';
+import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
+
+const { Kafka, logLevel } = kafkajs;
+
+export const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+export const DATABASE_URL = process.env.TEST_DATABASE_URL ?? 'postgres://outbox:outbox@127.0.0.1:5432/outbox';
+/** superuser, for pg_terminate_backend and ALTER ROLE */
+export const ADMIN_DATABASE_URL = process.env.TEST_ADMIN_DATABASE_URL ?? 'postgres://postgres:postgres@127.0.0.1:5432/outbox';
+export const KAFKA_BROKERS = process.env.TEST_KAFKA_BROKERS ?? '127.0.0.1:9092';
+export const AWS_ENDPOINT_URL = process.env.TEST_AWS_ENDPOINT_URL ?? 'http://127.0.0.1:4566';
+
+export const kafka = new Kafka({ clientId: 'outbox-relay-tests', brokers: KAFKA_BROKERS.split(','), logLevel: logLevel.NOTHING, retry: { retries: 3 } });
+
+export function db(url = DATABASE_URL): Sql {
+  return postgres(url, { max: 5, onnotice: () => undefined });
+}
+
+export function uniqueName(prefix: string): string {
+  return `${prefix}_${randomBytes(4).toString('hex')}`;
+}
+
+export interface Fixture {
+  table: string;
+  /** topic prefix; the template is `${prefix}.{aggregatetype}` */
+  prefix: string;
+  template: string;
+  env: Record<string, string>;
+  topic(aggregatetype: string): string;
+}
+
+/** A migrated outbox table of its own and topics for the given aggregate types. */
+export async function fixture(sql: Sql, name: string, aggregatetypes: string[] = ['order'], partitions = 3): Promise<Fixture> {
+  const table = uniqueName(name);
+  const prefix = `test.${table}`;
+  await migrate(sql, parseTableName(table));
+  const topics = aggregatetypes.map((a) => `${prefix}.${a}`);
+  await createTopics(topics, partitions);
+  return {
+    table,
+    prefix,
+    template: `${prefix}.{aggregatetype}`,
+    topic: (a) => `${prefix}.${a}`,
+    env: {
+      DATABASE_URL,
+      KAFKA_BROKERS,
+      OUTBOX_TABLE: table,
+      OUTBOX_TOPIC_TEMPLATE: `${prefix}.{aggregatetype}`,
+      OUTBOX_SAFETY_MARGIN_MS: '1000',
+      OUTBOX_LOG_LEVEL: 'info',
+    },
+  };
+}
+
+export async function createTopics(topics: string[], partitions = 3, configEntries?: Array<{ name: string; value: string }>): Promise<void> {
+  const admin = kafka.admin();
+  await admin.connect();
+  try {
+    await admin.createTopics({ waitForLeaders: true, topics: topics.map((topic) => ({ topic, numPartitions: partitions, replicationFactor: 1, configEntries })) });
+  } finally {
+    await admin.disconnect();
+  }
+}
+
+export interface EventSpec {
+  aggregatetype?: string;
+  aggregateid: string;
+  type?: string;
+  payload?: unknown;
+  topic?: string | null;
+}
+
+/** Insert events in one statement (one transaction), in array order. Returns ids in order. */
+export async function insertEvents(sql: Sql, table: string, events: EventSpec[]): Promise<string[]> {
+  const ids: string[] = [];
+  const t = qualified(parseTableName(table));
+  for (let i = 0; i < events.length; i += 5_000) {
+    const chunk = events.slice(i, i + 5_000);
+    const rows = await sql.unsafe<{ id: string }[]>(
+      `INSERT INTO ${t} (aggregatetype, aggregateid, type, payload, topic)
+       SELECT a, b, c, d, e FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[]) WITH ORDINALITY AS u(a, b, c, d, e, n)
+       ORDER BY n
+       RETURNING id`,
+      [
+        chunk.map((e) => e.aggregatetype ?? 'order'),
+        chunk.map((e) => e.aggregateid),
+        chunk.map((e) => e.type ?? 'Happened'),
+        chunk.map((e) => (e.payload ?? { n: 0 }) as never),
+        chunk.map((e) => e.topic ?? null),
+      ],
+    );
+    ids.push(...rows.map((r) => r.id));
+  }
+  return ids;
+}
+
+export interface Consumed {
+  topic: string;
+  partition: number;
+  offset: string;
+  key: string | null;
+  value: string | null;
+  headers: Record<string, string>;
+}
+
+/** Read every message currently on the topics (from the beginning) until `expected` arrived or it times out. */
+export async function consumeAll(topics: string[], expected: number, timeoutMs = 20_000): Promise<Consumed[]> {
+  const consumer = kafka.consumer({ groupId: uniqueName('test'), maxWaitTimeInMs: 200 });
+  const out: Consumed[] = [];
+  await consumer.connect();
+  try {
+    await consumer.subscribe({ topics, fromBeginning: true });
+    let resolveDone: () => void = () => undefined;
+    const done = new Promise<void>((r) => (resolveDone = r));
+    await consumer.run({
+      eachMessage: async ({ topic, partition, message }) => {
+        const headers: Record<string, string> = {};
+        for (const [k, v] of Object.entries(message.headers ?? {})) headers[k] = Buffer.isBuffer(v) ? v.toString() : String(v);
+        out.push({ topic, partition, offset: message.offset, key: message.key?.toString() ?? null, value: message.value?.toString() ?? null, headers });
+        if (out.length >= expected) resolveDone();
+      },
+    });
+    if (expected === 0) resolveDone();
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([done, new Promise((r) => (timer = setTimeout(r, timeoutMs)))]);
+    clearTimeout(timer);
+    // linger briefly so extra (duplicate) messages beyond `expected` are seen too
+    await new Promise((r) => setTimeout(r, 500));
+  } finally {
+    await consumer.disconnect();
+  }
+  return out;
+}
+
+/** Total messages on the topics (sum of high watermarks), without consuming. */
+export async function topicCount(topics: string[]): Promise<number> {
+  const admin = kafka.admin();
+  await admin.connect();
+  try {
+    let n = 0;
+    for (const t of topics) for (const p of await admin.fetchTopicOffsets(t)) n += Number(p.high) - Number(p.low);
+    return n;
+  } finally {
+    await admin.disconnect();
+  }
+}
+
+export interface CliResult {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+  durationMs: number;
+  /** the last JSON line on stdout */
+  summary?: Record<string, unknown>;
+}
+
+export interface RunningCli {
+  child: ChildProcess;
+  result: Promise<CliResult>;
+  /** resolves when stderr contains the text */
+  waitForStderr(text: string, timeoutMs?: number): Promise<void>;
+}
+
+/** Run the outbox-relay CLI in a child process with exactly the given environment (plus PATH/HOME). */
+export function startCli(args: string[], env: Record<string, string>): RunningCli {
+  const started = Date.now();
+  const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'src', 'cli.ts'), ...args], {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', AWS_REGION: 'us-east-1', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  const waiters: Array<{ text: string; resolve: () => void }> = [];
+  child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => {
+    stderr += d.toString();
+    for (const w of [...waiters]) if (stderr.includes(w.text)) w.resolve();
+  });
+  const result = new Promise<CliResult>((resolve) => {
+    child.on('close', (code, signal) => {
+      const last = stdout.trim().split('\n').filter((l) => l.startsWith('{')).pop();
+      let summary: Record<string, unknown> | undefined;
+      try {
+        summary = last ? (JSON.parse(last) as Record<string, unknown>) : undefined;
+      } catch {
+        summary = undefined;
+      }
+      resolve({ code, signal, stdout, stderr, durationMs: Date.now() - started, summary });
+    });
+  });
+  return {
+    child,
+    result,
+    waitForStderr: (text, timeoutMs = 30_000) =>
+      new Promise<void>((resolve, reject) => {
+        if (stderr.includes(text)) return resolve();
+        const timer = setTimeout(() => reject(new Error(`timed out waiting for ${JSON.stringify(text)} on stderr; got:\n${stderr}`)), timeoutMs);
+        waiters.push({ text, resolve: () => (clearTimeout(timer), resolve()) });
+      }),
+  };
+}
+
+export function runCli(args: string[], env: Record<string, string>): Promise<CliResult> {
+  return startCli(args, env).result;
+}
+
+export async function counts(sql: Sql, table: string): Promise<{ total: number; sent: number; parked: number; pending: number }> {
+  const t = qualified(parseTableName(table));
+  const [r] = await sql.unsafe<{ total: string; sent: string; parked: string; pending: string }[]>(
+    `SELECT count(*) AS total, count(sent_at) AS sent, count(parked_at) FILTER (WHERE sent_at IS NULL) AS parked,
+            count(*) FILTER (WHERE sent_at IS NULL AND parked_at IS NULL AND skipped_at IS NULL) AS pending
+     FROM ${t}`,
+  );
+  return { total: Number(r!.total), sent: Number(r!.sent), parked: Number(r!.parked), pending: Number(r!.pending) };
+}
+
+/** The broker's pid, from the file services.sh writes. */
+export function brokerPid(): number {
+  return Number(readFileSync(join(ROOT, '.cache', 'run', 'kafka.pid'), 'utf8').trim());
+}
+
+/** Per aggregate, the seqs (or any order key) in the order their first copies appear. */
+export function firstCopyOrder(messages: Consumed[], orderOf: (id: string) => number): Map<string, number[]> {
+  const seen = new Set<string>();
+  const byKey = new Map<string, number[]>();
+  // within one partition, offsets give the order in which the broker appended messages
+  const sorted = [...messages].sort((a, b) => a.topic.localeCompare(b.topic) || a.partition - b.partition || Number(a.offset) - Number(b.offset));
+  for (const m of sorted) {
+    const id = m.headers.id!;
+    if (seen.has(id)) continue;
+    seen.add(id);
+    const list = byKey.get(m.key ?? '') ?? [];
+    list.push(orderOf(id));
+    byKey.set(m.key ?? '', list);
+  }
+  return byKey;
+}
+
+export function isSorted(xs: number[]): boolean {
+  return xs.every((x, i) => i === 0 || xs[i - 1]! < x);
+}
