@@ -1,0 +1,201 @@
+# shellcheck shell=bash
+# Apache Kafka on 127.0.0.1:9092: one JVM, KRaft mode, combined broker+controller (controller on
+# 127.0.0.1:9093, never advertised to clients), run from Kafka's own jars as published on Maven
+# Central (resolved by scripts/kafka/pom.xml, which also pins the version and says why).
+#
+# The broker's pid is in .cache/run/kafka.pid, for tests that pause/kill it:
+#   kill -STOP "$(cat .cache/run/kafka.pid)"   # hang (status still says up: it is not "down")
+#   kill -9    "$(cat .cache/run/kafka.pid)"   # crash
+#   bash scripts/services.sh up kafka          # starts it again only if it is dead (resumes a paused one)
+#   bash scripts/services.sh restart kafka     # clean stop + start
+
+KAFKA_PORT=9092
+KAFKA_CONTROLLER_PORT=9093
+KAFKA_DIR="$CACHE/kafka"
+KAFKA_LIBS="$KAFKA_DIR/libs"
+KAFKA_DATA="$KAFKA_DIR/data"
+KAFKA_LOG="$KAFKA_DIR/broker.log"
+KAFKA_POM="$ROOT/scripts/kafka/pom.xml"
+KAFKA_PATTERN="kafka.Kafka $KAFKA_DIR/server.properties"
+KAFKA_HEAP="${KAFKA_HEAP:-512m}"
+KAFKA_TOPICS=(outbox.event.order:3)
+
+kafka_java_ok() {
+  command -v java >/dev/null 2>&1 || return 1
+  local v
+  v="$(java -version 2>&1 | head -n1 | sed -E 's/.*version "([0-9]+).*/\1/')"
+  [[ "$v" =~ ^[0-9]+$ && "$v" -ge 17 ]]
+}
+
+kafka_install() {
+  if ! kafka_java_ok; then
+    apt_install openjdk-17-jre-headless || true
+    kafka_java_ok || fail kafka "Java 17+ is required to run the Kafka 4 broker and none was found (apt-get install openjdk-17-jre-headless)" ""
+  fi
+  local stamp
+  stamp="$(file_hash "$KAFKA_POM")"
+  if [[ -f "$KAFKA_LIBS/.stamp" && "$(cat "$KAFKA_LIBS/.stamp")" == "$stamp" ]]; then
+    return 0
+  fi
+  if ! command -v mvn >/dev/null 2>&1; then
+    apt_install maven || true
+    command -v mvn >/dev/null 2>&1 || fail kafka "Maven is needed once to fetch Kafka's jars and was not found (apt-get install maven)" ""
+  fi
+  log "kafka: resolving jars from Maven Central (scripts/kafka/pom.xml) into $KAFKA_LIBS"
+  mkdir -p "$KAFKA_DIR"
+  rm -rf "$KAFKA_LIBS.tmp"
+  # Full plugin coordinates: the prefix form would resolve whatever maven-dependency-plugin the
+  # local Maven defaults to. Its local repository is under .cache too.
+  if ! mvn -B -q -Dstyle.color=never -Dmaven.repo.local="$CACHE/m2" -f "$KAFKA_POM" \
+    org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
+    -DincludeScope=runtime -DoutputDirectory="$KAFKA_LIBS.tmp" >"$KAFKA_DIR/mvn.log" 2>&1; then
+    fail kafka "mvn dependency:copy-dependencies failed" "$KAFKA_DIR/mvn.log"
+  fi
+  rm -rf "$KAFKA_LIBS"
+  mv "$KAFKA_LIBS.tmp" "$KAFKA_LIBS"
+  printf '%s\n' "$stamp" >"$KAFKA_LIBS/.stamp"
+}
+
+kafka_write_conf() {
+  mkdir -p "$KAFKA_DIR" "$KAFKA_DATA"
+  cat >"$KAFKA_DIR/server.properties" <<EOF
+# Written by scripts/services/kafka.sh on every start. Single node, KRaft, broker+controller.
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=127.0.0.1:$KAFKA_CONTROLLER_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+inter.broker.listener.name=PLAINTEXT
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs=$KAFKA_DATA
+num.partitions=3
+default.replication.factor=1
+auto.create.topics.enable=false
+min.insync.replicas=1
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+# a test box: keep segments small and let old data go
+log.retention.hours=24
+log.segment.bytes=67108864
+EOF
+  cat >"$KAFKA_DIR/log4j2.properties" <<'EOF'
+# Broker log to stdout (captured in .cache/kafka/broker.log); INFO for the server, WARN for noise.
+status = warn
+appender.out.type = Console
+appender.out.name = STDOUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = STDOUT
+logger.controller.name = org.apache.kafka.controller
+logger.controller.level = WARN
+logger.coordinator.name = org.apache.kafka.coordinator
+logger.coordinator.level = WARN
+logger.raft.name = org.apache.kafka.raft
+logger.raft.level = WARN
+logger.state.name = state.change.logger
+logger.state.level = WARN
+logger.log.name = org.apache.kafka.storage.internals.log
+logger.log.level = WARN
+logger.config.name = org.apache.kafka.common.config.AbstractConfig
+logger.config.level = WARN
+EOF
+}
+
+KAFKA_JVM=(java -Xmx"$KAFKA_HEAP" -Xms128m -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true
+  -Dlog4j2.configurationFile="$KAFKA_DIR/log4j2.properties" -cp "$KAFKA_LIBS/*")
+
+kafka_java() { "${KAFKA_JVM[@]}" "$@"; }
+
+kafka_format() {
+  [[ -f "$KAFKA_DATA/meta.properties" ]] && return 0
+  local cluster_id
+  log "kafka: formatting storage $KAFKA_DATA (KRaft, standalone controller)"
+  cluster_id="$(kafka_java kafka.tools.StorageTool random-uuid 2>>"$KAFKA_DIR/format.log" | tail -n1)" ||
+    fail kafka "kafka.tools.StorageTool random-uuid failed" "$KAFKA_DIR/format.log"
+  if ! kafka_java kafka.tools.StorageTool format --standalone -t "$cluster_id" \
+    -c "$KAFKA_DIR/server.properties" >>"$KAFKA_DIR/format.log" 2>&1; then
+    fail kafka "kafka.tools.StorageTool format failed" "$KAFKA_DIR/format.log"
+  fi
+}
+
+kafka_ready() {
+  local node
+  node="$(node_bin)"
+  if [[ -z "$node" || ! -d "$ROOT/node_modules/kafkajs" ]]; then
+    # No kafkajs yet (npm install not run): the broker's own "started" line is the next best sign.
+    port_open "$KAFKA_PORT" && grep -q 'Kafka Server started' "$KAFKA_LOG" 2>/dev/null
+    return
+  fi
+  local args=(--timeout-ms "${1:-5000}")
+  local t
+  for t in "${KAFKA_TOPICS[@]}"; do args+=(--ensure-topic "$t"); done
+  "$node" "$SERVICES_DIR/kafka-ready.mjs" "${args[@]}" >>"$KAFKA_DIR/health.log" 2>&1
+}
+
+kafka_up() {
+  if alive kafka "$KAFKA_PATTERN"; then
+    if paused kafka; then
+      log "kafka: pid $(pid_of kafka) was stopped (SIGSTOP); sending SIGCONT"
+      kill -CONT "$(pid_of kafka)"
+    fi
+    if kafka_ready 15000; then
+      log "kafka: already up (pid $(pid_of kafka), 127.0.0.1:$KAFKA_PORT)"
+      return 0
+    fi
+    fail kafka "pid $(pid_of kafka) runs but does not answer metadata requests on 127.0.0.1:$KAFKA_PORT (health: $KAFKA_DIR/health.log); try: bash scripts/services.sh restart kafka" "$KAFKA_LOG"
+  fi
+  rm -f "$RUN/kafka.pid"
+  kafka_install
+  kafka_write_conf
+  kafka_format
+  require_port_free kafka "$KAFKA_PORT" "$KAFKA_LOG"
+  require_port_free kafka "$KAFKA_CONTROLLER_PORT" "$KAFKA_LOG"
+  log "kafka: starting broker+controller (log $KAFKA_LOG)"
+  spawn kafka "$KAFKA_LOG" "${KAFKA_JVM[@]}" kafka.Kafka "$KAFKA_DIR/server.properties"
+  local deadline=$((SECONDS + 120))
+  while ((SECONDS < deadline)); do
+    alive kafka "$KAFKA_PATTERN" || fail kafka "the broker process exited during start-up" "$KAFKA_LOG"
+    if port_open "$KAFKA_PORT"; then break; fi
+    sleep 0.3
+  done
+  port_open "$KAFKA_PORT" || fail kafka "127.0.0.1:$KAFKA_PORT not open after 120s" "$KAFKA_LOG"
+  if ! kafka_ready $(((deadline - SECONDS) * 1000 + 1000)); then
+    alive kafka "$KAFKA_PATTERN" || fail kafka "the broker process exited during start-up" "$KAFKA_LOG"
+    fail kafka "port $KAFKA_PORT is open but the broker does not answer metadata requests (health: $KAFKA_DIR/health.log)" "$KAFKA_LOG"
+  fi
+  log "kafka: up (pid $(pid_of kafka)) 127.0.0.1:$KAFKA_PORT"
+}
+
+kafka_down() {
+  if ! alive kafka "$KAFKA_PATTERN"; then
+    rm -f "$RUN/kafka.pid"
+    log "kafka: not running (nothing started by services.sh)"
+    return 0
+  fi
+  log "kafka: stopping pid $(pid_of kafka)"
+  stop_pid kafka "$KAFKA_PATTERN" 30
+  log "kafka: down"
+}
+
+kafka_status() {
+  if alive kafka "$KAFKA_PATTERN"; then
+    if paused kafka; then
+      printf '%-9s up (paused: pid %s is SIGSTOPped)  127.0.0.1:%s\n' kafka "$(pid_of kafka)" "$KAFKA_PORT"
+      return 0
+    fi
+    if port_open "$KAFKA_PORT"; then
+      printf '%-9s up    pid %-8s 127.0.0.1:%s\n' kafka "$(pid_of kafka)" "$KAFKA_PORT"
+      return 0
+    fi
+    printf '%-9s down  (pid %s runs but 127.0.0.1:%s is closed; log %s)\n' kafka "$(pid_of kafka)" "$KAFKA_PORT" "$KAFKA_LOG"
+    return 1
+  fi
+  printf '%-9s down  (log %s)\n' kafka "$KAFKA_LOG"
+  return 1
+}

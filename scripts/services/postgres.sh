@@ -1,0 +1,224 @@
+# shellcheck shell=bash
+# Postgres 15 on 127.0.0.1:5432: our own cluster (initdb into .cache/postgres/data), not the
+# Debian one, so `down` stops exactly what `up` started. Postgres refuses to run as root, so as
+# root it runs as the unprivileged `postgres` user (created by the Debian package) via runuser.
+#
+#   superuser  postgres / postgres   (pg_terminate_backend, ALTER ROLE ... PASSWORD in tests)
+#   app role   outbox / outbox       LOGIN CREATEROLE REPLICATION, owner of database outbox
+#   URL        postgres://outbox:outbox@127.0.0.1:5432/outbox
+#
+# Only TCP on 127.0.0.1 (no unix socket: the repo path can exceed the 107-byte socket limit),
+# scram-sha-256 everywhere, wal_level=logical (Debezium-compatible table, logical slots work).
+
+PG_MAJOR=15
+PG_PORT=5432
+PG_BIN="${PG_BIN:-/usr/lib/postgresql/$PG_MAJOR/bin}"
+PG_DIR="$CACHE/postgres"
+PG_LOG="$PG_DIR/postgres.log"
+PG_PATTERN="bin/postgres"
+PG_SUPERPASS="postgres"
+
+pg_os_user() {
+  if is_root; then printf '%s' "${OUTBOX_PG_OS_USER:-postgres}"; else id -un; fi
+}
+
+# as_pg CMD...: run as the unprivileged cluster owner (from /, which it can always enter).
+as_pg() {
+  if is_root; then
+    (cd / && runuser -u "$(pg_os_user)" -- "$@")
+  else
+    (cd / && "$@")
+  fi
+}
+
+pg_install() {
+  if [[ ! -x "$PG_BIN/initdb" || ! -x "$PG_BIN/pg_ctl" || ! -x "$PG_BIN/psql" ]]; then
+    # Installing postgresql-15 would also create *and start* a Debian cluster on 5432; tell
+    # postgresql-common not to create one, since our own cluster needs that port.
+    if is_root; then
+      mkdir -p /etc/postgresql-common
+      grep -qs '^create_main_cluster' /etc/postgresql-common/createcluster.conf ||
+        printf 'create_main_cluster = false\n' >>/etc/postgresql-common/createcluster.conf
+    fi
+    apt_install "postgresql-$PG_MAJOR" "postgresql-client-$PG_MAJOR" ||
+      fail postgres "PostgreSQL $PG_MAJOR not found in $PG_BIN and could not be installed (apt-get install postgresql-$PG_MAJOR needs root); install it or set PG_BIN" ""
+  fi
+  if is_root && ! id -u "$(pg_os_user)" >/dev/null 2>&1; then
+    useradd --system --user-group --home-dir /var/lib/postgresql --shell /usr/sbin/nologin "$(pg_os_user)" ||
+      fail postgres "could not create the unprivileged user $(pg_os_user) to run Postgres as" ""
+  fi
+}
+
+# pg_data: the data directory. Normally .cache/postgres/data; when the repo sits somewhere the
+# unprivileged user cannot enter (e.g. under /root, mode 700), the cluster lives in
+# /var/tmp/outbox-relay-pg-<hash of repo path> and .cache/postgres/data is a symlink to it.
+pg_data() {
+  local data="$PG_DIR/data"
+  if [[ -L "$data" ]]; then readlink -f "$data"; else printf '%s' "$data"; fi
+}
+
+pg_prepare_dirs() {
+  mkdir -p "$PG_DIR"
+  is_root || return 0
+  local user
+  user="$(pg_os_user)"
+  if [[ -L "$PG_DIR/data" && -d "$(readlink -f "$PG_DIR/data")" ]]; then return 0; fi
+  if [[ -d "$PG_DIR/data" && ! -L "$PG_DIR/data" ]]; then
+    chown -R "$user:" "$PG_DIR/data"
+  fi
+  if runuser -u "$user" -- test -x "$PG_DIR" 2>/dev/null; then
+    return 0
+  fi
+  local ext
+  ext="/var/tmp/outbox-relay-pg-$(printf '%s' "$ROOT" | sha256sum | cut -c1-12)"
+  log "postgres: $user cannot enter $PG_DIR (a parent directory is private); keeping the cluster in $ext (symlinked from $PG_DIR/data)"
+  mkdir -p "$ext/data"
+  chmod 755 "$ext"
+  chmod 700 "$ext/data"
+  chown "$user:" "$ext" "$ext/data"
+  rm -rf "$PG_DIR/data"
+  ln -s "$ext/data" "$PG_DIR/data"
+}
+
+pg_initdb() {
+  local data pwfile
+  data="$(pg_data)"
+  [[ -f "$data/PG_VERSION" ]] && return 0
+  log "postgres: initdb $data"
+  mkdir -p "$data"
+  is_root && chown "$(pg_os_user):" "$data"
+  chmod 700 "$data"
+  pwfile="$(dirname "$data")/.pgpass-init"
+  printf '%s\n' "$PG_SUPERPASS" >"$pwfile"
+  is_root && chown "$(pg_os_user):" "$pwfile"
+  chmod 600 "$pwfile"
+  if ! as_pg "$PG_BIN/initdb" -D "$data" -U postgres --pwfile="$pwfile" -E UTF8 --locale=C \
+    --auth-host=scram-sha-256 --auth-local=scram-sha-256 >"$PG_DIR/initdb.log" 2>&1; then
+    rm -f "$pwfile"
+    fail postgres "initdb failed" "$PG_DIR/initdb.log"
+  fi
+  rm -f "$pwfile"
+}
+
+pg_write_conf() {
+  local data conf
+  data="$(pg_data)"
+  conf="$data/outbox-local.conf"
+  cat >"$conf" <<EOF
+# Written by scripts/services/postgres.sh on every start: local test box settings.
+listen_addresses = '127.0.0.1'
+port = $PG_PORT
+unix_socket_directories = ''
+max_connections = 200
+wal_level = logical
+max_wal_senders = 10
+max_replication_slots = 10
+shared_buffers = 128MB
+password_encryption = 'scram-sha-256'
+timezone = 'UTC'
+log_timezone = 'UTC'
+log_line_prefix = '%m [%p] %q%u@%d '
+log_min_messages = warning
+log_connections = off
+EOF
+  is_root && chown "$(pg_os_user):" "$conf"
+  grep -q "^include_if_exists = 'outbox-local.conf'" "$data/postgresql.conf" ||
+    printf "\ninclude_if_exists = 'outbox-local.conf'\n" >>"$data/postgresql.conf"
+}
+
+pg_ready() {
+  "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" -t "${1:-2}" >/dev/null 2>&1
+}
+
+pg_psql() {
+  PGPASSWORD="$PG_SUPERPASS" PGCONNECT_TIMEOUT=5 "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 \
+    -h 127.0.0.1 -p "$PG_PORT" -U postgres "$@"
+}
+
+# The role and database the relay and tests use; created once, never reset (a test may rotate
+# the password with ALTER ROLE; `down` + `rm -rf .cache/postgres` gives a fresh cluster).
+pg_bootstrap() {
+  pg_psql -d postgres >>"$PG_LOG" 2>&1 <<'SQL' || fail postgres "could not create role/database outbox" "$PG_LOG"
+DO $$
+BEGIN
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'outbox') THEN
+    CREATE ROLE outbox LOGIN CREATEROLE REPLICATION PASSWORD 'outbox';
+  END IF;
+END $$;
+SELECT 'CREATE DATABASE outbox OWNER outbox' WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = 'outbox')
+\gexec
+SQL
+}
+
+pg_up() {
+  if alive postgres "$PG_PATTERN"; then
+    if paused postgres; then
+      log "postgres: pid $(pid_of postgres) was stopped (SIGSTOP); sending SIGCONT"
+      kill -CONT "$(pid_of postgres)"
+    fi
+    if pg_ready 5; then
+      log "postgres: already up (pid $(pid_of postgres), 127.0.0.1:$PG_PORT)"
+      return 0
+    fi
+    fail postgres "pid $(pid_of postgres) runs but does not accept connections on 127.0.0.1:$PG_PORT" "$PG_LOG"
+  fi
+  rm -f "$RUN/postgres.pid"
+  pg_install
+  pg_prepare_dirs
+  pg_initdb
+  pg_write_conf
+  require_port_free postgres "$PG_PORT" "$PG_LOG"
+  local data
+  data="$(pg_data)"
+  log "postgres: starting (data $data, log $PG_LOG)"
+  [[ -s "$PG_LOG" ]] && mv -f "$PG_LOG" "$PG_LOG.1"
+  : >"$PG_LOG"
+  is_root && chown "$(pg_os_user):" "$PG_LOG" "$PG_DIR"
+  # pg_ctl detaches the postmaster itself (setsid) and -w waits until it accepts connections
+  if ! as_pg "$PG_BIN/pg_ctl" -D "$data" -l "$PG_LOG" -w -t 60 start >>"$PG_LOG.ctl" 2>&1; then
+    cat "$PG_LOG.ctl" >>"$PG_LOG" 2>/dev/null || true
+    fail postgres "pg_ctl start failed or did not become ready within 60s" "$PG_LOG"
+  fi
+  head -n1 "$data/postmaster.pid" >"$RUN/postgres.pid"
+  local i
+  for ((i = 0; i < 100; i++)); do
+    pg_ready 1 && break
+    alive postgres "$PG_PATTERN" || fail postgres "the postmaster exited during start-up" "$PG_LOG"
+    sleep 0.2
+  done
+  pg_ready 2 || fail postgres "not accepting connections on 127.0.0.1:$PG_PORT after 20s" "$PG_LOG"
+  pg_bootstrap
+  log "postgres: up (pid $(pid_of postgres)) postgres://outbox:outbox@127.0.0.1:$PG_PORT/outbox"
+}
+
+pg_down() {
+  if ! alive postgres "$PG_PATTERN"; then
+    rm -f "$RUN/postgres.pid"
+    log "postgres: not running (nothing started by services.sh)"
+    return 0
+  fi
+  local pid
+  pid="$(pid_of postgres)"
+  kill -CONT "$pid" 2>/dev/null || true
+  log "postgres: stopping pid $pid"
+  as_pg "$PG_BIN/pg_ctl" -D "$(pg_data)" -m fast -w -t 60 stop >>"$PG_LOG.ctl" 2>&1 || true
+  stop_pid postgres "$PG_PATTERN" 10
+  log "postgres: down"
+}
+
+pg_status() {
+  if alive postgres "$PG_PATTERN"; then
+    if paused postgres; then
+      printf '%-9s up (paused: pid %s is SIGSTOPped)  127.0.0.1:%s\n' postgres "$(pid_of postgres)" "$PG_PORT"
+      return 0
+    fi
+    if pg_ready 2; then
+      printf '%-9s up    pid %-8s postgres://outbox:outbox@127.0.0.1:%s/outbox\n' postgres "$(pid_of postgres)" "$PG_PORT"
+      return 0
+    fi
+    printf '%-9s down  (pid %s runs but 127.0.0.1:%s does not accept connections; log %s)\n' postgres "$(pid_of postgres)" "$PG_PORT" "$PG_LOG"
+    return 1
+  fi
+  printf '%-9s down  (log %s)\n' postgres "$PG_LOG"
+  return 1
+}
