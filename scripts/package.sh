@@ -26,8 +26,6 @@ export SLS_TELEMETRY_DISABLED=1 SLS_TRACKING_DISABLED=1 SLS_NOTIFICATIONS_MODE=o
 export SLS_DEPRECATION_DISABLE='*' SLS_INTERACTIVE_SETUP_DISABLE=1 SLS_INTERACTIVE_SETUP_ENABLE=
 export CI="${CI:-true}"
 
-node scripts/build.mjs --lambda-only
-
 # Placeholders for the parameters that have no default, unless the caller gave them.
 args=("$@")
 has_param() { # name: was --param=name=… or --param name=… given?
@@ -48,6 +46,7 @@ placeholder databaseSecretArn "arn:aws:secretsmanager:${REGION}:123456789012:sec
 placeholder kafkaBrokers "b-1.example.kafka.${REGION}.amazonaws.com:9096,b-2.example.kafka.${REGION}.amazonaws.com:9096"
 
 rm -rf "$PACKAGE_DIR"
+# osls runs scripts/build.mjs first (the scripts/serverless-build.cjs plugin in serverless.yml)
 npx --no-install osls package --stage "$STAGE" --region "$REGION" --package "$PACKAGE_DIR" \
   ${placeholders[@]+"${placeholders[@]}"} "$@" </dev/null
 

@@ -77,6 +77,10 @@ describe('serverless.yml', () => {
     assert.deepEqual(lookups, []);
   });
 
+  it('builds the zip before every package or deploy', () => {
+    assert.ok(sls.plugins.includes('./scripts/serverless-build.cjs'));
+  });
+
   it('schedules the relay function, without Lambda async retries, from the built zip', () => {
     const relay = sls.functions.relay;
     assert.ok(relay);
