@@ -51,6 +51,12 @@ source "$SERVICES_DIR/kafka.sh"
 # shellcheck source=services/moto.sh
 source "$SERVICES_DIR/moto.sh"
 
+# One services.sh at a time changes things (two `up`s racing would start two brokers).
+if [[ "$cmd" != status ]]; then
+  exec 9>"$RUN/.lock"
+  flock -w 600 9 || fail services "another services.sh has held $RUN/.lock for 10 minutes" ""
+fi
+
 services=("$@")
 if [[ ${#services[@]} -eq 0 ]]; then services=("${ALL[@]}"); fi
 for s in "${services[@]}"; do

@@ -108,7 +108,8 @@ spawn() {
   printf '=== %s: starting %s ===\n' "$(date -u +%FT%TZ)" "$*" >"$logfile"
   # A non-interactive bash puts background jobs in its own process group, so setsid(1) calls
   # setsid(2) and execs in place: $! is the service's own pid.
-  setsid nohup "$@" >>"$logfile" 2>&1 </dev/null &
+  # (9>&-: the service must not inherit services.sh's lock, or it would hold it forever)
+  setsid nohup "$@" >>"$logfile" 2>&1 </dev/null 9>&- &
   local pid=$!
   printf '%s\n' "$pid" >"$RUN/$name.pid"
 }

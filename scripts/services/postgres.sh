@@ -13,7 +13,7 @@
 PG_MAJOR=15
 PG_PORT=5432
 PG_BIN="${PG_BIN:-/usr/lib/postgresql/$PG_MAJOR/bin}"
-PG_DIR="$CACHE/postgres"
+PG_DIR="$CACHE/postgres"   # resolved by pg_prepare_dirs (see pg_home)
 PG_LOG="$PG_DIR/postgres.log"
 PG_PATTERN="bin/postgres"
 PG_SUPERPASS="postgres"
@@ -22,12 +22,13 @@ pg_os_user() {
   if is_root; then printf '%s' "${OUTBOX_PG_OS_USER:-postgres}"; else id -un; fi
 }
 
-# as_pg CMD...: run as the unprivileged cluster owner (from /, which it can always enter).
+# as_pg CMD...: run as the unprivileged cluster owner (from /, which it can always enter), without
+# services.sh's lock fd (the postmaster that pg_ctl leaves running must not hold it).
 as_pg() {
   if is_root; then
-    (cd / && runuser -u "$(pg_os_user)" -- "$@")
+    (cd / && runuser -u "$(pg_os_user)" -- "$@" 9>&-)
   else
-    (cd / && "$@")
+    (cd / && "$@" 9>&-)
   fi
 }
 
@@ -49,35 +50,38 @@ pg_install() {
   fi
 }
 
-# pg_data: the data directory. Normally .cache/postgres/data; when the repo sits somewhere the
-# unprivileged user cannot enter (e.g. under /root, mode 700), the cluster lives in
-# /var/tmp/outbox-relay-pg-<hash of repo path> and .cache/postgres/data is a symlink to it.
-pg_data() {
-  local data="$PG_DIR/data"
-  if [[ -L "$data" ]]; then readlink -f "$data"; else printf '%s' "$data"; fi
+# Where the cluster lives: normally .cache/postgres. When the repo sits where the unprivileged user
+# cannot enter (e.g. a clone under /root, mode 700), .cache/postgres becomes a symlink to
+# /var/tmp/outbox-relay-pg-<hash of the repo path>, and Postgres is only ever given resolved paths.
+pg_home() {
+  if [[ -L "$CACHE/postgres" ]]; then readlink -f "$CACHE/postgres"; else printf '%s' "$CACHE/postgres"; fi
 }
+pg_data() { printf '%s/data' "$(pg_home)"; }
 
 pg_prepare_dirs() {
-  mkdir -p "$PG_DIR"
-  is_root || return 0
-  local user
+  local user ext
+  if [[ -L "$CACHE/postgres" ]]; then
+    mkdir -p "$(pg_home)"
+  else
+    mkdir -p "$CACHE/postgres"
+  fi
+  is_root || { PG_DIR="$(pg_home)"; PG_LOG="$PG_DIR/postgres.log"; return 0; }
   user="$(pg_os_user)"
-  if [[ -L "$PG_DIR/data" && -d "$(readlink -f "$PG_DIR/data")" ]]; then return 0; fi
-  if [[ -d "$PG_DIR/data" && ! -L "$PG_DIR/data" ]]; then
-    chown -R "$user:" "$PG_DIR/data"
+  chown "$user:" "$(pg_home)"
+  if ! runuser -u "$user" -- test -w "$(pg_home)" 2>/dev/null; then
+    ext="/var/tmp/outbox-relay-pg-$(printf '%s' "$ROOT" | sha256sum | cut -c1-12)"
+    log "postgres: user $user cannot enter $CACHE/postgres (a parent directory is private); the cluster lives in $ext, symlinked from .cache/postgres"
+    mkdir -p "$ext"
+    chmod 700 "$ext"
+    chown "$user:" "$ext"
+    runuser -u "$user" -- test -w "$ext" || fail postgres "user $user cannot write $ext either" ""
+    rm -rf "$CACHE/postgres"
+    ln -s "$ext" "$CACHE/postgres"
   fi
-  if runuser -u "$user" -- test -x "$PG_DIR" 2>/dev/null; then
-    return 0
-  fi
-  local ext
-  ext="/var/tmp/outbox-relay-pg-$(printf '%s' "$ROOT" | sha256sum | cut -c1-12)"
-  log "postgres: $user cannot enter $PG_DIR (a parent directory is private); keeping the cluster in $ext (symlinked from $PG_DIR/data)"
-  mkdir -p "$ext/data"
-  chmod 755 "$ext"
-  chmod 700 "$ext/data"
-  chown "$user:" "$ext" "$ext/data"
-  rm -rf "$PG_DIR/data"
-  ln -s "$ext/data" "$PG_DIR/data"
+  PG_DIR="$(pg_home)"
+  PG_LOG="$PG_DIR/postgres.log"
+  [[ -d "$PG_DIR/data" ]] && chown -R "$user:" "$PG_DIR/data"
+  return 0
 }
 
 pg_initdb() {
