@@ -3,13 +3,20 @@
 // port is open. Optionally creates topics that must exist (auto-create is off on purpose).
 //
 //   node scripts/services/kafka-ready.mjs [--brokers 127.0.0.1:9092] [--timeout-ms 60000]
-//                                         [--ensure-topic NAME[:PARTITIONS]]...
+//                                         [--ensure-topic NAME[:PARTITIONS]]... [--warm-up]
+//
+// --warm-up (used right after the broker starts): also asks for a producer id (InitProducerId,
+// what every idempotent producer does first) and finds a group coordinator, so the broker loads
+// or creates __transaction_state and __consumer_offsets now. Otherwise the first client after a
+// (re)start gets COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE, which kafkajs logs as
+// errors and retries: a relay with a small retry budget could fail its first invocation.
 import { Kafka, logLevel } from 'kafkajs';
 
 const args = process.argv.slice(2);
 let brokers = ['127.0.0.1:9092'];
 let timeoutMs = 60_000;
 const ensure = [];
+let warmUp = false;
 for (let i = 0; i < args.length; i++) {
   const a = args[i];
   const v = args[i + 1];
@@ -19,7 +26,8 @@ for (let i = 0; i < args.length; i++) {
     const [topic, partitions] = v.split(':');
     ensure.push({ topic, numPartitions: Number(partitions ?? 3), replicationFactor: 1 });
     i++;
-  } else {
+  } else if (a === '--warm-up') warmUp = true;
+  else {
     console.error(`kafka-ready: unknown argument ${a}`);
     process.exit(2);
   }
@@ -45,6 +53,12 @@ while (Date.now() < deadline) {
     if (missing.length > 0) {
       await admin.createTopics({ topics: missing, waitForLeaders: true });
       console.log(`kafka-ready: created ${missing.map((t) => t.topic).join(', ')}`);
+    }
+    if (warmUp) {
+      const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, retry: { retries: 5, initialRetryTime: 200 } });
+      await producer.connect(); // InitProducerId
+      await producer.disconnect();
+      await admin.describeGroups(['services-health-warm-up']); // FindCoordinator(GROUP)
     }
     await admin.disconnect();
     process.exit(0);

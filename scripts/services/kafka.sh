@@ -124,6 +124,7 @@ kafka_format() {
   fi
 }
 
+# kafka_ready TIMEOUT_MS [--warm-up]: metadata answered (and the demo topic exists).
 kafka_ready() {
   local node
   node="$(node_bin)"
@@ -132,7 +133,7 @@ kafka_ready() {
     port_open "$KAFKA_PORT" && grep -q 'Kafka Server started' "$KAFKA_LOG" 2>/dev/null
     return
   fi
-  local args=(--timeout-ms "${1:-5000}")
+  local args=(--timeout-ms "${1:-5000}" "${@:2}")
   local t
   for t in "${KAFKA_TOPICS[@]}"; do args+=(--ensure-topic "$t"); done
   "$node" "$SERVICES_DIR/kafka-ready.mjs" "${args[@]}" >>"$KAFKA_DIR/health.log" 2>&1
@@ -165,7 +166,7 @@ kafka_up() {
     sleep 0.3
   done
   port_open "$KAFKA_PORT" || fail kafka "127.0.0.1:$KAFKA_PORT not open after 120s" "$KAFKA_LOG"
-  if ! kafka_ready $(((deadline - SECONDS) * 1000 + 1000)); then
+  if ! kafka_ready $(((deadline - SECONDS) * 1000 + 1000)) --warm-up; then
     alive kafka "$KAFKA_PATTERN" || fail kafka "the broker process exited during start-up" "$KAFKA_LOG"
     fail kafka "port $KAFKA_PORT is open but the broker does not answer metadata requests (health: $KAFKA_DIR/health.log)" "$KAFKA_LOG"
   fi
