@@ -16,6 +16,8 @@ export interface Config {
     prepare: boolean;
     connectTimeoutMs: number;
     applicationName: string;
+    /** TLS to Postgres; undefined = as the URL says (sslmode=...) */
+    ssl?: 'disable' | 'require' | 'verify-full';
   };
   kafka: {
     brokers: string[];
@@ -129,6 +131,7 @@ export function loadConfig(env: Env = process.env): Config {
       prepare: bool('DATABASE_PREPARE', true),
       connectTimeoutMs: int('DATABASE_CONNECT_TIMEOUT_MS', 5_000, 100, 600_000),
       applicationName: str('OUTBOX_CLIENT_ID') ?? 'outbox-relay',
+      ssl: str('DATABASE_SSL') === undefined ? undefined : oneOf('DATABASE_SSL', ['disable', 'require', 'verify-full'] as const, 'require'),
     },
     kafka: {
       brokers,

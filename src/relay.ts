@@ -9,11 +9,11 @@ import { DatabaseError, DeadlineExceededError, MessageRejectedError, RelayError,
 import type { Logger } from './log.ts';
 import { encodedSize, toMessage, type OutboundMessage } from './kafka/message.ts';
 import type { PublishOutcome, Publisher } from './kafka/publisher.ts';
+import { classifySendError } from './kafka/classify.ts';
 import type { BatchTx, ClaimedRow, Failure, OutboxStore } from './outbox/store.ts';
 
 export type StopReason =
   | 'empty' // nothing pending and due
-  | 'drained' // the last claim came back short: everything due was taken
   | 'held-back' // everything claimable waits behind an earlier row of its aggregate
   | 'locked' // every due row is held by other invocations
   | 'budget' // not enough time left for another batch
@@ -56,28 +56,45 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
   const summary: Summary = { claimed: 0, published: 0, retried: 0, parked: 0, heldBack: 0, batches: 0, pruned: 0, durationMs: 0, stoppedBecause: 'budget' };
 
   let current: Batch | undefined;
-  let next: Promise<Batch | undefined> | undefined;
+  let next: Promise<Batch> | undefined;
+  // Aggregates found waiting behind a row this invocation cannot take (held by a transaction
+  // that is not a relay's): left out of this invocation's later claims so their rows do not
+  // crowd every batch; the next invocation looks at them again.
+  const stuck = new Set<string>();
   try {
     if (!deadline.fits(timer.expected())) return finish(summary, started, 'budget');
-    current = await claim(deps, deadline, []);
+    current = await claim(deps, deadline, stuck);
     while (current) {
       const batch: Batch = current;
       current = undefined;
       const publishable = batch.rows.filter((r) => r.publishable);
-      summary.claimed += publishable.length;
+      for (const r of batch.rows) {
+        if (r.publishable || !r.waitsOnForeignLock || stuck.has(r.aggregateid)) continue;
+        logger.debug('aggregate held back behind a row another transaction holds', { aggregateid: r.aggregateid, seq: r.seq, waitsFor: r.first_gap });
+        stuck.add(r.aggregateid);
+      }
       summary.heldBack += batch.rows.length - publishable.length;
-      summary.batches++;
 
-      if (batch.rows.length === 0 || publishable.length === 0) {
+      if (batch.rows.length === 0) {
         await batch.tx.rollback();
-        summary.stoppedBecause = batch.rows.length > 0 ? 'held-back' : (await store.anyDue(deadline)) ? 'locked' : 'empty';
+        summary.stoppedBecause = stuck.size > 0 ? 'held-back' : (await store.anyDue(deadline)) ? 'locked' : 'empty';
         break;
       }
+      if (publishable.length === 0) {
+        // Everything claimed waits: either behind rows now next in line (the next claim starts
+        // with them) or behind foreign locks (those aggregates are now excluded). Claim again.
+        await batch.tx.rollback();
+        if (!deadline.fits(timer.expected())) break;
+        current = await claim(deps, deadline, stuck);
+        continue;
+      }
+      summary.claimed += publishable.length;
+      summary.batches++;
 
-      // Claim the next batch while this one is published. This invocation's in-flight rows do
-      // not hold back later rows of the same aggregates: those are published after these.
+      // Claim the next batch while this one is published. It cannot contain this batch's
+      // aggregates (their locks are held by this batch's transaction), so the two never race.
       const full = batch.rows.length >= config.batchSize;
-      next = full && deadline.fits(timer.expected() * 2) ? claim(deps, deadline, publishable.map((r) => r.seq)) : undefined;
+      next = full && deadline.fits(timer.expected() * 2) ? claim(deps, deadline, stuck) : undefined;
       // awaited below; this only keeps an early rejection from counting as unhandled meanwhile
       next?.catch(() => undefined);
 
@@ -89,7 +106,7 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
       await settle(deps, batch, outcome, summary);
       timer.record(Date.now() - batch.startedAt);
 
-      const pending: Promise<Batch | undefined> | undefined = next;
+      const pending: Promise<Batch> | undefined = next;
       next = undefined;
       if (outcome.unavailable) {
         await discard(pending);
@@ -98,19 +115,19 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
         logger.warn('broker unavailable; stopping this invocation, rows stay pending', { error: outcome.unavailable });
         break;
       }
-      if (!pending) {
-        summary.stoppedBecause = full ? 'budget' : 'drained';
-        break;
-      }
-      const following = await pending;
-      if (!following) break;
-      // A row rejected in this batch blocks its aggregate's later rows claimed meanwhile.
-      const blocked = new Set(outcome.rejected.map((r) => publishable.find((p) => p.seq === r.seq)?.aggregateid));
-      if (blocked.size) for (const r of following.rows) if (blocked.has(r.aggregateid)) r.publishable = false;
       if (!deadline.fits(timer.expected())) {
-        await following.tx.rollback();
+        await discard(pending);
         summary.stoppedBecause = 'budget';
         break;
+      }
+      let following = pending ? await pending : undefined;
+      if (!following || following.rows.length === 0) {
+        // No early claim (this batch was short), or it found nothing, possibly only because
+        // this batch's transaction still held its aggregates or another invocation held rows
+        // it has committed since. Claim once more; only an empty claim ends the invocation, so
+        // the last invocation to commit always looks again (no rows are left behind).
+        await following?.tx.rollback();
+        following = await claim(deps, deadline, stuck);
       }
       current = following;
     }
@@ -145,11 +162,11 @@ function finish(summary: Summary, started: number, reason: StopReason): Summary 
   return summary;
 }
 
-async function claim(deps: RelayDeps, deadline: Deadline, inflight: string[]): Promise<Batch> {
+async function claim(deps: RelayDeps, deadline: Deadline, exclude: Set<string>): Promise<Batch> {
   const startedAt = Date.now();
   const tx = await deps.store.begin(deadline);
   try {
-    const rows = await tx.claim(deps.config.batchSize, inflight);
+    const rows = await tx.claim(deps.config.batchSize, [...exclude]);
     return { tx, rows, startedAt };
   } catch (err) {
     await tx.rollback();
@@ -157,7 +174,7 @@ async function claim(deps: RelayDeps, deadline: Deadline, inflight: string[]): P
   }
 }
 
-async function discard(pending: Promise<Batch | undefined> | undefined): Promise<void> {
+async function discard(pending: Promise<Batch> | undefined): Promise<void> {
   if (!pending) return;
   try {
     const b = await pending;
@@ -173,13 +190,23 @@ async function publishBatch(deps: RelayDeps, rows: ClaimedRow[], deadline: Deadl
   const rejected: PublishOutcome['rejected'] = [];
   const messages: OutboundMessage[] = [];
   const blocked = new Set<string>();
+  const limits = new Map<string, number>();
   for (const row of rows) {
     // once a row of an aggregate is rejected, its later rows in this batch wait (order, G4)
     if (blocked.has(row.aggregateid)) continue;
     try {
       const m = toMessage(row, deps.config.topicTemplate);
       const size = encodedSize(m);
-      const limit = await deps.publisher.maxMessageBytes(m.topic, deadline);
+      let limit = limits.get(m.topic);
+      if (limit === undefined) {
+        try {
+          limit = await deps.publisher.maxMessageBytes(m.topic, deadline);
+        } catch (err) {
+          // the broker cannot even be asked: the whole batch waits, no row is charged
+          return { acked: [], rejected, unavailable: classifySendError(err, m.topic).error, seqToRow };
+        }
+        limits.set(m.topic, limit);
+      }
       if (size > limit) {
         throw new MessageRejectedError(`message is ${size} bytes, over the ${limit}-byte limit of topic ${m.topic}: shrink the payload or raise max.message.bytes / OUTBOX_MAX_MESSAGE_BYTES`, true);
       }

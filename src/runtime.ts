@@ -46,6 +46,8 @@ export class Runtime {
       connect_timeout: Math.ceil(db.connectTimeoutMs / 1000),
       idle_timeout: 0,
       connection: { application_name: db.applicationName },
+      // RDS-style JSON secrets carry no sslmode; RDS for Postgres 15+ requires TLS by default
+      ...(db.ssl ? { ssl: db.ssl === 'disable' ? false : db.ssl } : {}),
       onnotice: () => undefined,
     });
     this.store = undefined;

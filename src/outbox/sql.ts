@@ -4,62 +4,109 @@
 import type { ParkedPolicy } from '../config.ts';
 
 /**
- * Claim up to $1 pending, due rows in seq order, skipping rows other invocations hold, and
- * apply the order guard (G4): a claimed row is publishable only if no unsent row of its
- * aggregate with a smaller seq exists outside this claim (held by another invocation, backing
- * off, parked, or between two of our rows). $2 lists this invocation's own in-flight rows (the
- * previous batch, already on its way to the broker in order), which do not hold anything back.
+ * Claim up to $1 pending, due rows in seq order and apply the order guard (G4).
  *
- * The guard is one set-based pass per claimed aggregate: scan that aggregate's unsent rows below
- * the highest claimed seq (partial index on (aggregateid, seq)), drop the ones that are ours, and
- * the smallest remaining seq is the first gap; claimed rows at or above it wait.
- * Rows held back stay locked by this transaction until it ends, so no one else can take them
- * out of order either.
+ * Three layers:
+ * 0. Aggregates whose earliest failed row is backing off (or parked, under the default policy)
+ *    are left out of the claim entirely.
+ * 1. Aggregates are claimed, not just rows: a row is taken only if this transaction gets the
+ *    transaction-scoped advisory lock of its aggregate (key: hash of table and aggregateid,
+ *    $2 seeds it with the table name). Concurrent invocations therefore take disjoint sets of
+ *    aggregates and all make progress, instead of claiming rows that wait behind each other's
+ *    in-flight rows. Rows other invocations hold are skipped (SKIP LOCKED).
+ * 2. The gap check: a claimed row is publishable only if no unsent row of its aggregate with a
+ *    smaller seq exists outside this claim (backing off, parked, or held by a transaction that
+ *    is not a relay's, e.g. an application's SELECT ... FOR UPDATE), including one *between*
+ *    two of our rows. One pass per claimed aggregate: walk its unsent rows below our highest
+ *    seq in seq order (partial index on (aggregateid, seq)) and stop at the first that is not
+ *    ours: that is the first gap, and our rows above it wait.
+ * Held-back rows stay locked by this transaction until it ends, so no one else can take them
+ * out of order either. $3 lists aggregates the invocation already found held back: skipped.
  */
 export function claimSql(t: string, policy: ParkedPolicy): string {
+  const parkedBlocks = policy === 'hold' ? 'parked_at IS NOT NULL OR ' : '';
+  return `
+WITH blocked AS (
+  -- aggregates whose earliest failed row waits (backoff${policy === 'hold' ? ' or parked' : ''}): their later rows are
+  -- not even claimed, so a poison row cannot fill every batch with rows that must wait (G6).
+  -- Small: only rows that failed at least once (partial index on attempts > 0).
+  SELECT aggregateid, min(seq) AS first_blocked
+  FROM ${t}
+  WHERE sent_at IS NULL AND skipped_at IS NULL AND attempts > 0
+    AND (${parkedBlocks}next_attempt_at > now())
+  GROUP BY aggregateid
+)
+SELECT r.seq, r.aggregateid
+FROM ${t} r
+WHERE r.sent_at IS NULL AND r.skipped_at IS NULL AND r.parked_at IS NULL
+  AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.aggregateid = r.aggregateid AND b.first_blocked < r.seq)
+  AND r.aggregateid <> ALL ($3::text[])
+  -- CASE: only try the aggregate lock for rows that are otherwise claimable
+  AND CASE WHEN r.next_attempt_at <= now()
+           THEN pg_try_advisory_xact_lock(hashtextextended(r.aggregateid, hashtext($2)))
+           ELSE false END
+ORDER BY r.seq
+LIMIT $1
+FOR UPDATE OF r SKIP LOCKED`;
+}
+
+/**
+ * The gap check of the order guard, run right after claimSql in the same transaction. It is a
+ * separate statement on purpose: its snapshot is taken after the aggregate locks were acquired,
+ * so it sees every mark committed by whoever held those aggregates before (one statement's
+ * snapshot would predate them and hold back rows that are in fact next in line).
+ * $1: claimed seqs, $2: their aggregate ids, in the same order.
+ */
+export function guardSql(t: string, policy: ParkedPolicy): string {
   return `
 WITH cand AS (
-  SELECT seq, aggregateid
-  FROM ${t}
-  WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL
-    AND next_attempt_at <= now()
-  ORDER BY seq
-  LIMIT $1
-  FOR UPDATE SKIP LOCKED
-),
-ours AS (
-  SELECT seq FROM cand
-  UNION ALL
-  SELECT unnest($2::bigint[])
+  SELECT * FROM unnest($1::bigint[], $2::text[]) AS c(seq, aggregateid)
 ),
 aggs AS (
-  SELECT aggregateid, max(seq) AS max_seq FROM cand GROUP BY aggregateid
+  SELECT aggregateid, max(seq) AS max_seq, array_agg(seq) AS seqs FROM cand GROUP BY aggregateid
 ),
-gap AS (
-  SELECT o.aggregateid, min(o.seq) AS first_gap
+gap AS MATERIALIZED (
+  -- per claimed aggregate, one index range scan that stops at the first unsent row not ours
+  SELECT a.aggregateid,
+         (SELECT o.seq FROM ${t} o
+          WHERE o.aggregateid = a.aggregateid
+            AND o.sent_at IS NULL AND o.skipped_at IS NULL
+            AND o.seq < a.max_seq${policy === 'skip' ? '\n            AND o.parked_at IS NULL' : ''}
+            AND o.seq <> ALL (a.seqs)
+          ORDER BY o.seq
+          LIMIT 1) AS first_gap
   FROM aggs a
-  JOIN ${t} o
-    ON o.aggregateid = a.aggregateid
-   AND o.sent_at IS NULL AND o.skipped_at IS NULL
-   AND o.seq < a.max_seq${policy === 'skip' ? '\n   AND o.parked_at IS NULL' : ''}
-  WHERE NOT EXISTS (SELECT 1 FROM ours WHERE ours.seq = o.seq)
-  GROUP BY o.aggregateid
 )
 SELECT r.seq, r.id, r.aggregatetype, r.aggregateid, r.type, r.payload::text AS payload,
        r.topic, r.headers, r.attempts,
-       (g.first_gap IS NULL OR c.seq < g.first_gap) AS publishable
+       (g.first_gap IS NULL OR r.seq < g.first_gap) AS publishable, g.first_gap
 FROM cand c
 JOIN ${t} r ON r.seq = c.seq
-LEFT JOIN gap g ON g.aggregateid = c.aggregateid
-ORDER BY c.seq`;
+JOIN gap g ON g.aggregateid = c.aggregateid
+ORDER BY r.seq`;
 }
 
-/** The same claim without the order guard: only for the benchmark's comparison. */
+/**
+ * For held-back rows: lock the rows they wait for, where no one else holds them. A gap row we
+ * can lock was simply outside our claim (another relay held its aggregate when our scan passed
+ * it, or it committed late): it is next in line and our following claim takes it. A gap row we
+ * cannot lock is held by a transaction that is not a relay's (relays hold the aggregate's lock,
+ * and we hold that): it may stay held for long, so the invocation stops claiming that aggregate.
+ */
+export function lockGapsSql(t: string): string {
+  return `
+SELECT seq FROM ${t}
+WHERE seq = ANY ($1::bigint[])
+FOR UPDATE SKIP LOCKED`;
+}
+
+/** A plain SKIP LOCKED claim without any order guard: only for the benchmark's comparison. */
 export function claimUnguardedSql(t: string): string {
   return `
 SELECT seq, id, aggregatetype, aggregateid, type, payload::text AS payload, topic, headers, attempts, true AS publishable
 FROM ${t}
 WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL AND next_attempt_at <= now()
+  AND $2::text IS NOT NULL AND $3::text[] IS NOT NULL
 ORDER BY seq
 LIMIT $1
 FOR UPDATE SKIP LOCKED`;
@@ -87,8 +134,9 @@ UPDATE ${t} AS r
 SET attempts = r.attempts + 1,
     last_error = f.error,
     next_attempt_at = now() + f.delay_ms * interval '1 millisecond',
-    parked_at = CASE WHEN f.park THEN now() END
-FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::boolean[]) AS f(seq, error, delay_ms, park)
+    parked_at = CASE WHEN f.park = 1 THEN now() END
+-- park travels as 0/1: postgres.js mis-types a JS boolean[] parameter (sends it as boolean)
+FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::int[]) AS f(seq, error, delay_ms, park)
 WHERE r.seq = f.seq`;
 }
 

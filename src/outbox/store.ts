@@ -13,6 +13,10 @@ import type { PendingQuery, ReservedSql, Row, Sql } from 'postgres';
 
 export interface ClaimedRow extends OutboxRow {
   publishable: boolean;
+  /** the unsent row of this aggregate, not in the claim, that holds this one back */
+  first_gap?: string | null;
+  /** held back behind a row that a transaction other than a relay's holds locked */
+  waitsOnForeignLock?: boolean;
 }
 
 export interface Failure {
@@ -25,6 +29,8 @@ export interface Failure {
 export class OutboxStore {
   readonly table: string;
   readonly claimText: string;
+  /** undefined: no order guard (benchmark comparison only) */
+  readonly guardText: string | undefined;
   /** set when a statement was abandoned mid-flight: the client must be replaced */
   poisoned = false;
 
@@ -36,6 +42,7 @@ export class OutboxStore {
   ) {
     this.table = qualified(table);
     this.claimText = guard ? q.claimSql(this.table, policy) : q.claimUnguardedSql(this.table);
+    this.guardText = guard ? q.guardSql(this.table, policy) : undefined;
   }
 
   async begin(deadline: Deadline): Promise<BatchTx> {
@@ -90,8 +97,18 @@ export class BatchTx {
     return this.store.bounded(this.deadline, what, query);
   }
 
-  async claim(limit: number, inflight: string[]): Promise<ClaimedRow[]> {
-    return this.run('claiming a batch', this.conn.unsafe<ClaimedRow[]>(this.store.claimText, [limit, inflight]));
+  /** `exclude`: aggregates this invocation already found stuck behind someone else's row */
+  async claim(limit: number, exclude: string[] = []): Promise<ClaimedRow[]> {
+    const locked = await this.run('claiming a batch', this.conn.unsafe<ClaimedRow[]>(this.store.claimText, [limit, this.store.table, exclude]));
+    if (!this.store.guardText) return locked;
+    if (locked.length === 0) return [];
+    const rows = await this.run('checking aggregate order', this.conn.unsafe<ClaimedRow[]>(this.store.guardText, [locked.map((r) => r.seq), locked.map((r) => r.aggregateid)]));
+    const gaps = [...new Set(rows.filter((r) => !r.publishable && r.first_gap).map((r) => r.first_gap!))];
+    if (gaps.length) {
+      const free = new Set((await this.run('checking held-back rows', this.conn.unsafe<{ seq: string }[]>(q.lockGapsSql(this.store.table), [gaps]))).map((r) => r.seq));
+      for (const r of rows) if (!r.publishable && r.first_gap) r.waitsOnForeignLock = !free.has(r.first_gap);
+    }
+    return rows;
   }
 
   async markSent(seqs: string[]): Promise<void> {
@@ -106,7 +123,7 @@ export class BatchTx {
         failures.map((f) => f.seq),
         failures.map((f) => f.error.slice(0, 2_000)),
         failures.map((f) => Math.round(f.delayMs)),
-        failures.map((f) => f.park),
+        failures.map((f) => (f.park ? 1 : 0)),
       ]),
     );
   }

@@ -122,6 +122,7 @@ export async function consumeAll(topics: string[], expected: number, timeoutMs =
     let resolveDone: () => void = () => undefined;
     const done = new Promise<void>((r) => (resolveDone = r));
     await consumer.run({
+      // eslint-disable-next-line @typescript-eslint/require-await -- kafkajs wants a promise-returning handler
       eachMessage: async ({ topic, partition, message }) => {
         const headers: Record<string, string> = {};
         for (const [k, v] of Object.entries(message.headers ?? {})) headers[k] = Buffer.isBuffer(v) ? v.toString() : String(v);
@@ -182,8 +183,8 @@ export function startCli(args: string[], env: Record<string, string>): RunningCl
   let stdout = '';
   let stderr = '';
   const waiters: Array<{ text: string; resolve: () => void }> = [];
-  child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
-  child.stderr!.on('data', (d: Buffer) => {
+  child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+  child.stderr.on('data', (d: Buffer) => {
     stderr += d.toString();
     for (const w of [...waiters]) if (stderr.includes(w.text)) w.resolve();
   });

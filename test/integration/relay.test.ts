@@ -44,7 +44,7 @@ describe('relay: delivery', () => {
     const res = await runCli(['invoke', '--timeout', '20000'], f.env);
     assert.equal(res.code, 0, res.stderr);
     assert.equal(res.summary?.published, 3);
-    assert.equal(res.summary?.stoppedBecause, 'drained');
+    assert.equal(res.summary?.stoppedBecause, 'empty');
     const msgs = await consumeAll([f.topic('order'), f.topic('invoice')], 3);
     assert.equal(msgs.length, 3);
     const created = msgs.find((m) => m.headers.id === ids[0])!;
@@ -115,13 +115,7 @@ describe('G3 and G4 under concurrency', () => {
     for (const r of results) assert.equal(r.code, 0, r.stderr);
     // more than one invocation did real work (they shared the queue through row locks)
     const published = results.map((r) => Number(r.summary?.published ?? 0));
-    let total = published.reduce((a, b) => a + b, 0);
-    if (total < 10_000) {
-      // rows held back behind another invocation's in-flight rows are picked up by the next run
-      const rest = await runCli(['invoke', '--timeout', '60000'], env);
-      total += Number(rest.summary?.published ?? 0);
-    }
-    assert.equal(total, 10_000);
+    assert.equal(published.reduce((a, b) => a + b, 0), 10_000, `summaries: ${results.map((r) => JSON.stringify(r.summary)).join('\n')}`);
     assert.ok(published.filter((n) => n > 0).length >= 2, `work was shared: ${published.join(',')}`);
     assert.deepEqual(await counts(sql, f.table), { total: 10_000, sent: 10_000, parked: 0, pending: 0 });
     const msgs = await consumeAll([f.topic('order')], 10_000, 60_000);

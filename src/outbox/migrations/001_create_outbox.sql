@@ -36,6 +36,11 @@ CREATE INDEX IF NOT EXISTS {{idx_claim}} ON {{table}} (seq)
 CREATE INDEX IF NOT EXISTS {{idx_aggregate}} ON {{table}} (aggregateid, seq)
   WHERE sent_at IS NULL AND skipped_at IS NULL;
 
+-- Rows that failed at least once and are still unsent: the claim reads these to leave out the
+-- aggregates that wait behind a backing-off or parked row. Normally (nearly) empty.
+CREATE INDEX IF NOT EXISTS {{idx_retry}} ON {{table}} (aggregateid, seq)
+  WHERE sent_at IS NULL AND skipped_at IS NULL AND attempts > 0;
+
 -- Retention and status queries.
 CREATE INDEX IF NOT EXISTS {{idx_sent}} ON {{table}} (sent_at) WHERE sent_at IS NOT NULL;
 

@@ -1,0 +1,176 @@
+// Throughput of the relay next to its two ceilings, measured in the same run on the same rows:
+//   relay     one invocation of the real loop (claim ‖ publish, mark, commit), events/s
+//   producer  kafkajs alone sending the same messages in the same batches (idempotent, acks=all)
+//   sql       claim + mark + commit alone, no Kafka, with the order guard and without it
+// ratio = relay / min(producer, sql guarded). Prints a table, then one JSON line.
+import { parseArgs } from 'node:util';
+import kafkajs from 'kafkajs';
+import postgres from 'postgres';
+import { Deadline } from '../src/budget.ts';
+import { loadConfig } from '../src/config.ts';
+import { KafkajsPublisher } from '../src/kafka/kafkajs.ts';
+import { toMessage } from '../src/kafka/message.ts';
+import { createLogger } from '../src/log.ts';
+import { parseTableName, qualified } from '../src/outbox/identifier.ts';
+import { migrate } from '../src/outbox/migrate.ts';
+import { OutboxStore } from '../src/outbox/store.ts';
+import { runInvocation } from '../src/relay.ts';
+
+const { Kafka, logLevel, Partitioners } = kafkajs;
+
+const { values } = parseArgs({
+  options: {
+    events: { type: 'string', default: process.env.BENCH_EVENTS ?? '50000' },
+    batch: { type: 'string', default: process.env.BENCH_BATCH ?? '500' },
+    payload: { type: 'string', default: process.env.BENCH_PAYLOAD_BYTES ?? '1000' },
+    aggregates: { type: 'string', default: process.env.BENCH_AGGREGATES ?? '1000' },
+    partitions: { type: 'string', default: '6' },
+  },
+});
+const N = Number(values.events);
+const BATCH = Number(values.batch);
+const PAYLOAD = Number(values.payload);
+const AGGREGATES = Number(values.aggregates);
+
+const env = {
+  DATABASE_URL: process.env.DATABASE_URL ?? 'postgres://outbox:outbox@127.0.0.1:5432/outbox',
+  KAFKA_BROKERS: process.env.KAFKA_BROKERS ?? '127.0.0.1:9092',
+  OUTBOX_BATCH_SIZE: String(BATCH),
+  OUTBOX_RETAIN_SENT_MS: '0',
+  OUTBOX_LOG_LEVEL: 'warn',
+  OUTBOX_SAFETY_MARGIN_MS: '0',
+};
+const run = Date.now().toString(36);
+const sql = postgres(env.DATABASE_URL, { max: 4, onnotice: () => undefined });
+const logger = createLogger('warn');
+const kafka = new Kafka({ clientId: 'bench', brokers: env.KAFKA_BROKERS.split(','), logLevel: logLevel.NOTHING });
+const pad = 'x'.repeat(Math.max(0, PAYLOAD - 40));
+
+async function prepare(name: string): Promise<{ table: string; topic: string; template: string }> {
+  const table = `bench_${name}_${run}`;
+  await migrate(sql, parseTableName(table));
+  const t = qualified(parseTableName(table));
+  // one statement per 10k rows; ~PAYLOAD-byte JSON payloads, AGGREGATES interleaved aggregates
+  for (let i = 0; i < N; i += 10_000) {
+    const n = Math.min(10_000, N - i);
+    await sql.unsafe(
+      `INSERT INTO ${t} (aggregatetype, aggregateid, type, payload)
+       SELECT 'bench', 'agg-' || ((g * 7919) % $2), 'Benchmarked', jsonb_build_object('n', g, 'pad', $3::text)
+       FROM generate_series($1::int, $1::int + $4::int - 1) g ORDER BY g`,
+      [i, AGGREGATES, pad, n],
+    );
+  }
+  await sql.unsafe(`VACUUM ANALYZE ${t}`);
+  const topic = `bench.${run}.${name}`;
+  const admin = kafka.admin();
+  await admin.connect();
+  await admin.createTopics({ waitForLeaders: true, topics: [{ topic, numPartitions: Number(values.partitions), replicationFactor: 1 }] });
+  await admin.disconnect();
+  return { table, topic, template: topic };
+}
+
+async function drop(table: string): Promise<void> {
+  await sql.unsafe(`DROP TABLE IF EXISTS ${qualified(parseTableName(table))}`);
+  await sql`DELETE FROM outbox_relay_migrations WHERE target = ${table}`;
+}
+
+interface Result {
+  name: string;
+  events: number;
+  ms: number;
+  perSec: number;
+}
+const result = (name: string, events: number, ms: number): Result => ({ name, events, ms, perSec: Math.round((events / ms) * 1000) });
+
+async function benchRelay(): Promise<Result> {
+  const { table, template } = await prepare('relay');
+  const config = loadConfig({ ...env, OUTBOX_TABLE: table, OUTBOX_TOPIC_TEMPLATE: template });
+  const store = new OutboxStore(sql, config.outbox.table, config.outbox.parkedPolicy);
+  const publisher = new KafkajsPublisher({ kafka: config.kafka, logger, maxMessageBytes: config.outbox.maxMessageBytes });
+  // warm the producer and the topic metadata, as a warm Lambda container would be
+  await publisher.publish([], new Deadline(Date.now() + 10_000));
+  await publisher.maxMessageBytes(template, new Deadline(Date.now() + 10_000));
+  const start = performance.now();
+  const summary = await runInvocation({ store, publisher, config: config.outbox, logger }, new Deadline(Date.now() + 600_000));
+  const ms = performance.now() - start;
+  await publisher.close();
+  if (summary.published !== N) throw new Error(`relay published ${summary.published} of ${N}: ${JSON.stringify(summary)}`);
+  await drop(table);
+  return result('relay (one invocation)', summary.published, ms);
+}
+
+async function benchProducer(): Promise<Result> {
+  const { table, topic } = await prepare('producer');
+  const rows = await sql.unsafe<{ seq: string; id: string; aggregatetype: string; aggregateid: string; type: string; payload: string }[]>(
+    `SELECT seq, id, aggregatetype, aggregateid, type, payload::text AS payload FROM ${qualified(parseTableName(table))} ORDER BY seq`,
+  );
+  const messages = rows.map((r) => toMessage({ ...r, topic: null, headers: null, attempts: 0 }, topic));
+  const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, createPartitioner: Partitioners.DefaultPartitioner, allowAutoTopicCreation: false });
+  await producer.connect();
+  await producer.send({ topic, acks: -1, messages: [{ key: 'warmup', value: '{}' }] });
+  const start = performance.now();
+  for (let i = 0; i < messages.length; i += BATCH) {
+    await producer.send({ topic, acks: -1, messages: messages.slice(i, i + BATCH).map((m) => ({ key: m.key, value: m.value, headers: m.headers })) });
+  }
+  const ms = performance.now() - start;
+  await producer.disconnect();
+  await drop(table);
+  return result('kafkajs producer alone', messages.length, ms);
+}
+
+async function benchSql(guard: boolean): Promise<Result> {
+  const { table } = await prepare(guard ? 'sqlguard' : 'sqlplain');
+  const config = loadConfig({ ...env, OUTBOX_TABLE: table });
+  const store = new OutboxStore(sql, config.outbox.table, config.outbox.parkedPolicy, { guard });
+  const deadline = new Deadline(Date.now() + 600_000);
+  let done = 0;
+  const start = performance.now();
+  for (;;) {
+    const tx = await store.begin(deadline);
+    const rows = await tx.claim(BATCH);
+    const ok = rows.filter((r) => r.publishable).map((r) => r.seq);
+    await tx.markSent(ok);
+    await tx.commit();
+    done += ok.length;
+    if (rows.length < BATCH) break;
+  }
+  const ms = performance.now() - start;
+  if (done !== N) throw new Error(`sql loop marked ${done} of ${N}`);
+  await drop(table);
+  return result(guard ? 'claim+mark SQL, order guard' : 'claim+mark SQL, no guard', done, ms);
+}
+
+async function main(): Promise<void> {
+  process.stderr.write(`bench: ${N} events, ~${PAYLOAD}-byte payloads, batch ${BATCH}, ${AGGREGATES} aggregates\n`);
+  const producer = await benchProducer();
+  const sqlGuarded = await benchSql(true);
+  const sqlPlain = await benchSql(false);
+  const relay = await benchRelay();
+  const rows = [relay, producer, sqlGuarded, sqlPlain];
+  const ceiling = Math.min(producer.perSec, sqlGuarded.perSec);
+  const ratio = relay.perSec / ceiling;
+  const guardCost = 1 - sqlGuarded.perSec / sqlPlain.perSec;
+  console.log(`\n${'measurement'.padEnd(32)} ${'events'.padStart(8)} ${'seconds'.padStart(8)} ${'events/s'.padStart(10)}`);
+  for (const r of rows) console.log(`${r.name.padEnd(32)} ${String(r.events).padStart(8)} ${(r.ms / 1000).toFixed(2).padStart(8)} ${String(r.perSec).padStart(10)}`);
+  console.log(`\nceiling = min(producer, guarded SQL) = ${ceiling} events/s; relay / ceiling = ${ratio.toFixed(2)}; order guard costs ${(guardCost * 100).toFixed(1)}% of the unguarded claim+mark rate\n`);
+  console.log(
+    JSON.stringify({
+      events: N,
+      batchSize: BATCH,
+      payloadBytes: PAYLOAD,
+      aggregates: AGGREGATES,
+      relayEventsPerSec: relay.perSec,
+      producerEventsPerSec: producer.perSec,
+      sqlEventsPerSec: sqlGuarded.perSec,
+      sqlUnguardedEventsPerSec: sqlPlain.perSec,
+      ratio: Number(ratio.toFixed(3)),
+      guardCost: Number(guardCost.toFixed(3)),
+    }),
+  );
+}
+
+try {
+  await main();
+} finally {
+  await sql.end({ timeout: 5 });
+}
