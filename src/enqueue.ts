@@ -24,7 +24,9 @@ export async function enqueue<P>(sql: TransactionSql | Sql, event: OutboxEvent<P
   const table = qualified(parseTableName(options.table ?? 'outbox'));
   const rows = await sql.unsafe<{ id: string }[]>(
     `INSERT INTO ${table} (aggregatetype, aggregateid, type, payload, topic, headers)
-     VALUES ($1, $2, $3, $4::jsonb, $5, $6::jsonb) RETURNING id`,
+     VALUES ($1, $2, $3, $4::text::jsonb, $5, $6::text::jsonb) RETURNING id`,
+    // JSON goes over the wire as text and is parsed by Postgres: a string bound straight to a
+    // jsonb parameter would be stored as a JSON string, not as the object
     [event.aggregatetype, event.aggregateid, event.type, JSON.stringify(event.payload ?? null), event.topic ?? null, event.headers ? JSON.stringify(event.headers) : null],
   );
   return rows[0]!.id;

@@ -1,0 +1,107 @@
+// Container-scoped reuse, migrations under concurrency, enqueue() and the local schedule.
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import type { Sql } from 'postgres';
+import { loadConfig } from '../../src/config.ts';
+import { enqueue } from '../../src/enqueue.ts';
+import { createLogger } from '../../src/log.ts';
+import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
+import { migrate } from '../../src/outbox/migrate.ts';
+import { Runtime } from '../../src/runtime.ts';
+import { consumeAll, counts, createTopics, db, fixture, insertEvents, startCli, uniqueName } from './helpers.ts';
+
+let sql: Sql;
+before(() => {
+  sql = db();
+});
+after(async () => {
+  await sql.end();
+});
+
+describe('warm invocations', () => {
+  it('two invocations in one container reuse one database client and one producer connection', async () => {
+    const f = await fixture(sql, 'warm');
+    const appName = `warm-${f.table}`;
+    const rt = new Runtime(loadConfig({ ...f.env, OUTBOX_CLIENT_ID: appName, OUTBOX_LOG_LEVEL: 'warn' }), createLogger('warn'));
+    const backends = async () =>
+      new Set((await sql<{ pid: number }[]>`SELECT pid FROM pg_stat_activity WHERE application_name = ${appName}`).map((r) => r.pid));
+    try {
+      await insertEvents(sql, f.table, [{ aggregateid: 'a' }, { aggregateid: 'b' }]);
+      const first = await rt.invoke(20_000);
+      assert.equal(first.published, 2);
+      const afterFirst = await backends();
+      assert.ok(afterFirst.size >= 1);
+
+      await insertEvents(sql, f.table, [{ aggregateid: 'a' }, { aggregateid: 'c' }]);
+      const second = await rt.invoke(20_000);
+      assert.equal(second.published, 2);
+      const afterSecond = await backends();
+      // no new database connection was opened: the same backends served both invocations
+      for (const pid of afterSecond) assert.ok(afterFirst.has(pid), `backend ${pid} is new in the second invocation`);
+      assert.equal(rt.publisher().connects, 1, 'the producer connected once');
+      assert.equal((await consumeAll([f.topic('order')], 4)).length, 4);
+    } finally {
+      await rt.close();
+    }
+  });
+});
+
+describe('migrate', () => {
+  it('is idempotent and safe when several run at once', async () => {
+    const table = parseTableName(uniqueName('mig'));
+    const results = await Promise.all(Array.from({ length: 4 }, () => migrate(sql, table)));
+    assert.equal(results.filter((r) => r.applied.length > 0).length, 1, 'exactly one run applied the migrations');
+    assert.ok(results.every((r) => r.applied.length + r.alreadyApplied.length === results[0]!.applied.length + results[0]!.alreadyApplied.length));
+    const again = await migrate(sql, table);
+    assert.deepEqual(again.applied, []);
+  });
+
+  it('creates a schema-qualified table', async () => {
+    const schema = uniqueName('app');
+    const r = await migrate(sql, parseTableName(`${schema}.events`));
+    assert.deepEqual(r.applied, [1]);
+    const [row] = await sql<{ t: string | null }[]>`SELECT to_regclass(${`${schema}.events`})::text AS t`;
+    assert.equal(row?.t, `${schema}.events`);
+    await sql.unsafe(`DROP SCHEMA ${schema} CASCADE`);
+  });
+});
+
+describe('enqueue', () => {
+  it('writes the event in the caller\'s transaction: rolled back with it, committed with it', async () => {
+    const f = await fixture(sql, 'enq');
+    await assert.rejects(
+      sql.begin(async (tx) => {
+        await enqueue(tx, { aggregatetype: 'order', aggregateid: 'o-1', type: 'OrderCreated', payload: { total: 1 } }, { table: f.table });
+        throw new Error('business rule failed');
+      }),
+      /business rule failed/,
+    );
+    assert.equal((await counts(sql, f.table)).total, 0);
+    const id = await sql.begin((tx) => enqueue(tx, { aggregatetype: 'order', aggregateid: 'o-1', type: 'OrderCreated', payload: { total: 1 }, headers: { traceparent: 'abc' } }, { table: f.table }));
+    const [row] = await sql.unsafe<{ id: string; payload: { total: number }; headers: Record<string, string> }[]>(`SELECT id, payload, headers FROM ${qualified(parseTableName(f.table))}`);
+    assert.equal(row?.id, id);
+    assert.deepEqual(row?.payload, { total: 1 });
+    assert.deepEqual(row?.headers, { traceparent: 'abc' });
+  });
+});
+
+describe('schedule', () => {
+  it('fires invocations on its interval and, on SIGTERM, lets the running one finish before exiting', async () => {
+    const f = await fixture(sql, 'sched');
+    await insertEvents(sql, f.table, Array.from({ length: 50 }, (_, i) => ({ aggregateid: `a-${i % 5}` })));
+    const topic2 = `${f.prefix}.late`;
+    await createTopics([topic2]);
+    const running = startCli(['schedule', '--every', '500', '--timeout', '10000'], { ...f.env, OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS: '1500' });
+    // the first invocation published and now sits between publish and mark
+    await running.waitForStderr('test hook: pausing after publish');
+    running.child.kill('SIGTERM');
+    const res = await running.result;
+    assert.equal(res.code, 0, res.stderr);
+    assert.match(res.stderr, /stopping: waiting for running invocations/);
+    // the invocation that was running finished: its rows were marked, not abandoned
+    assert.equal((await counts(sql, f.table)).sent, 50);
+    const summaries = res.stdout.trim().split('\n').map((l) => JSON.parse(l) as { published: number });
+    assert.ok(summaries.length >= 1);
+    assert.equal(summaries.reduce((n, s) => n + s.published, 0), 50);
+  });
+});
