@@ -8,9 +8,10 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const source = join(root, 'src', 'cli.ts');
-if (existsSync(source)) {
-  const { register } = await import('tsx/esm/api');
-  register();
+// tsx is a devDependency: present in a checkout, absent where the package is installed
+const tsx = existsSync(source) ? await import('tsx/esm/api').catch(() => undefined) : undefined;
+if (tsx) {
+  tsx.register();
   await import(pathToFileURL(source).href);
 } else {
   await import(pathToFileURL(join(root, 'dist', 'cli.js')).href);

@@ -132,13 +132,14 @@ async function main() {
     await build({
       ...common,
       banner,
-      entryPoints: [cliEntry],
-      outfile: join(root, 'dist', 'cli.js'),
+      // the CLI and the library entry (enqueue() for applications; package.json "exports")
+      entryPoints: [cliEntry, join(root, 'src', 'index.ts')],
+      outdir: join(root, 'dist'),
       packages: 'external',
       minify: false,
       metafile: false,
     });
-    console.log('cli            dist/cli.js');
+    console.log('cli, library   dist/cli.js, dist/index.js');
   } else {
     console.log('cli            skipped (src/cli.ts does not exist yet)');
   }

@@ -191,11 +191,23 @@ async function publishBatch(deps: RelayDeps, rows: ClaimedRow[], deadline: Deadl
   const messages: OutboundMessage[] = [];
   const blocked = new Set<string>();
   const limits = new Map<string, number>();
+  const topicOf = new Map<string, string>();
   for (const row of rows) {
     // once a row of an aggregate is rejected, its later rows in this batch wait (order, G4)
     if (blocked.has(row.aggregateid)) continue;
     try {
       const m = toMessage(row, deps.config.topicTemplate);
+      // Topics are sent concurrently and fail independently, so a later row of an aggregate
+      // bound for another topic (a per-row topic override) could be acked while an earlier one
+      // fails and backs off: G4 broken, the hold policy bypassed. Publish an aggregate's rows
+      // only up to its first change of topic; the rest stay pending, uncharged, and a later
+      // claim takes them once the earlier rows were acked (or holds them if they failed).
+      const first = topicOf.get(row.aggregateid);
+      if (first === undefined) topicOf.set(row.aggregateid, m.topic);
+      else if (first !== m.topic) {
+        blocked.add(row.aggregateid);
+        continue;
+      }
       const size = encodedSize(m);
       let limit = limits.get(m.topic);
       if (limit === undefined) {

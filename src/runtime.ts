@@ -56,7 +56,7 @@ export class Runtime {
 
   async outboxStore(refresh = false): Promise<OutboxStore> {
     const sql = await this.database(refresh);
-    this.store ??= new OutboxStore(sql, this.config.outbox.table, this.config.outbox.parkedPolicy);
+    this.store ??= new OutboxStore(sql, this.config.outbox.table, this.config.outbox.parkedPolicy, { prepare: this.config.database.prepare });
     return this.store;
   }
 

@@ -36,7 +36,8 @@ WITH blocked AS (
     AND (${parkedBlocks}next_attempt_at > now())
   GROUP BY aggregateid
 )
-SELECT r.seq, r.aggregateid
+SELECT r.seq, r.id, r.aggregatetype, r.aggregateid, r.type, r.payload::text AS payload,
+       r.topic, r.headers, r.attempts
 FROM ${t} r
 WHERE r.sent_at IS NULL AND r.skipped_at IS NULL AND r.parked_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.aggregateid = r.aggregateid AND b.first_blocked < r.seq)
@@ -55,7 +56,8 @@ FOR UPDATE OF r SKIP LOCKED`;
  * separate statement on purpose: its snapshot is taken after the aggregate locks were acquired,
  * so it sees every mark committed by whoever held those aggregates before (one statement's
  * snapshot would predate them and hold back rows that are in fact next in line).
- * $1: claimed seqs, $2: their aggregate ids, in the same order.
+ * $1: claimed seqs, $2: their aggregate ids, in the same order. Returns only the rows that
+ * must wait, with the row each waits for (usually none).
  */
 export function guardSql(t: string, policy: ParkedPolicy): string {
   return `
@@ -77,13 +79,10 @@ gap AS MATERIALIZED (
           LIMIT 1) AS first_gap
   FROM aggs a
 )
-SELECT r.seq, r.id, r.aggregatetype, r.aggregateid, r.type, r.payload::text AS payload,
-       r.topic, r.headers, r.attempts,
-       (g.first_gap IS NULL OR r.seq < g.first_gap) AS publishable, g.first_gap
+SELECT c.seq, g.first_gap
 FROM cand c
-JOIN ${t} r ON r.seq = c.seq
 JOIN gap g ON g.aggregateid = c.aggregateid
-ORDER BY r.seq`;
+WHERE g.first_gap IS NOT NULL AND c.seq > g.first_gap`;
 }
 
 /**
@@ -103,7 +102,7 @@ FOR UPDATE SKIP LOCKED`;
 /** A plain SKIP LOCKED claim without any order guard: only for the benchmark's comparison. */
 export function claimUnguardedSql(t: string): string {
   return `
-SELECT seq, id, aggregatetype, aggregateid, type, payload::text AS payload, topic, headers, attempts, true AS publishable
+SELECT seq, id, aggregatetype, aggregateid, type, payload::text AS payload, topic, headers, attempts
 FROM ${t}
 WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL AND next_attempt_at <= now()
   AND $2::text IS NOT NULL AND $3::text[] IS NOT NULL

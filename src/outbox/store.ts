@@ -31,6 +31,9 @@ export class OutboxStore {
   readonly claimText: string;
   /** undefined: no order guard (benchmark comparison only) */
   readonly guardText: string | undefined;
+  readonly markText: string;
+  /** named prepared statements for the per-batch queries, unless DATABASE_PREPARE=false (PgBouncer, RDS Proxy) */
+  readonly prepared: { prepare: boolean };
   /** set when a statement was abandoned mid-flight: the client must be replaced */
   poisoned = false;
 
@@ -38,11 +41,13 @@ export class OutboxStore {
     readonly sql: Sql,
     table: TableName,
     policy: ParkedPolicy,
-    { guard = true }: { guard?: boolean } = {},
+    { guard = true, prepare = true }: { guard?: boolean; prepare?: boolean } = {},
   ) {
+    this.prepared = { prepare };
     this.table = qualified(table);
     this.claimText = guard ? q.claimSql(this.table, policy) : q.claimUnguardedSql(this.table);
     this.guardText = guard ? q.guardSql(this.table, policy) : undefined;
+    this.markText = q.markSentSql(this.table);
   }
 
   async begin(deadline: Deadline): Promise<BatchTx> {
@@ -99,20 +104,29 @@ export class BatchTx {
 
   /** `exclude`: aggregates this invocation already found stuck behind someone else's row */
   async claim(limit: number, exclude: string[] = []): Promise<ClaimedRow[]> {
-    const locked = await this.run('claiming a batch', this.conn.unsafe<ClaimedRow[]>(this.store.claimText, [limit, this.store.table, exclude]));
-    if (!this.store.guardText) return locked;
-    if (locked.length === 0) return [];
-    const rows = await this.run('checking aggregate order', this.conn.unsafe<ClaimedRow[]>(this.store.guardText, [locked.map((r) => r.seq), locked.map((r) => r.aggregateid)]));
-    const gaps = [...new Set(rows.filter((r) => !r.publishable && r.first_gap).map((r) => r.first_gap!))];
-    if (gaps.length) {
-      const free = new Set((await this.run('checking held-back rows', this.conn.unsafe<{ seq: string }[]>(q.lockGapsSql(this.store.table), [gaps]))).map((r) => r.seq));
-      for (const r of rows) if (!r.publishable && r.first_gap) r.waitsOnForeignLock = !free.has(r.first_gap);
+    const rows = await this.run('claiming a batch', this.conn.unsafe<ClaimedRow[]>(this.store.claimText, [limit, this.store.table, exclude], this.store.prepared));
+    for (const r of rows) r.publishable = true;
+    if (!this.store.guardText || rows.length === 0) return rows;
+    const waiting = await this.run(
+      'checking aggregate order',
+      this.conn.unsafe<{ seq: string; first_gap: string }[]>(this.store.guardText, [rows.map((r) => r.seq), rows.map((r) => r.aggregateid)], this.store.prepared),
+    );
+    if (waiting.length === 0) return rows;
+    const gapOf = new Map(waiting.map((w) => [w.seq, w.first_gap]));
+    const gaps = [...new Set(gapOf.values())];
+    const free = new Set((await this.run('checking held-back rows', this.conn.unsafe<{ seq: string }[]>(q.lockGapsSql(this.store.table), [gaps]))).map((r) => r.seq));
+    for (const r of rows) {
+      const gap = gapOf.get(r.seq);
+      if (gap === undefined) continue;
+      r.publishable = false;
+      r.first_gap = gap;
+      r.waitsOnForeignLock = !free.has(gap);
     }
     return rows;
   }
 
   async markSent(seqs: string[]): Promise<void> {
-    if (seqs.length) await this.run('marking rows sent', this.conn.unsafe(q.markSentSql(this.store.table), [seqs]));
+    if (seqs.length) await this.run('marking rows sent', this.conn.unsafe(this.store.markText, [seqs], this.store.prepared));
   }
 
   async recordFailures(failures: Failure[]): Promise<void> {
