@@ -105,3 +105,31 @@ describe('schedule', () => {
     assert.equal(summaries.reduce((n, s) => n + s.published, 0), 50);
   });
 });
+
+describe('retention', () => {
+  it('deletes sent rows older than OUTBOX_RETAIN_SENT_MS, keeps pending and recent ones', async () => {
+    const f = await fixture(sql, 'prune');
+    const t = qualified(parseTableName(f.table));
+    await insertEvents(sql, f.table, Array.from({ length: 30 }, (_, i) => ({ aggregateid: `a-${i % 3}` })));
+    // 10 rows were sent two days ago; 20 are pending
+    await sql.unsafe(`UPDATE ${t} SET sent_at = now() - interval '2 days' WHERE seq IN (SELECT seq FROM ${t} ORDER BY seq LIMIT 10)`);
+    const rt = new Runtime(loadConfig({ ...f.env, OUTBOX_LOG_LEVEL: 'warn' }), createLogger('warn'));
+    try {
+      const s = await rt.invoke(20_000);
+      assert.equal(s.published, 20);
+      assert.equal(s.pruned, 10, 'only the rows sent before the retention window');
+      assert.deepEqual(await counts(sql, f.table), { total: 20, sent: 20, parked: 0, pending: 0 });
+    } finally {
+      await rt.close();
+    }
+    const rt2 = new Runtime(loadConfig({ ...f.env, OUTBOX_LOG_LEVEL: 'warn', OUTBOX_RETAIN_SENT_MS: '1' }), createLogger('warn'));
+    try {
+      await new Promise((r) => setTimeout(r, 10));
+      const s = await rt2.invoke(20_000);
+      assert.equal(s.pruned, 20);
+      assert.equal((await counts(sql, f.table)).total, 0);
+    } finally {
+      await rt2.close();
+    }
+  });
+});
