@@ -105,7 +105,6 @@ export function claimUnguardedSql(t: string): string {
 SELECT seq, id, aggregatetype, aggregateid, type, payload::text AS payload, topic, headers, attempts
 FROM ${t}
 WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL AND next_attempt_at <= now()
-  AND $2::text IS NOT NULL AND $3::text[] IS NOT NULL
 ORDER BY seq
 LIMIT $1
 FOR UPDATE SKIP LOCKED`;

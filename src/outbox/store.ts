@@ -104,7 +104,8 @@ export class BatchTx {
 
   /** `exclude`: aggregates this invocation already found stuck behind someone else's row */
   async claim(limit: number, exclude: string[] = []): Promise<ClaimedRow[]> {
-    const rows = await this.run('claiming a batch', this.conn.unsafe<ClaimedRow[]>(this.store.claimText, [limit, this.store.table, exclude], this.store.prepared));
+    const params = this.store.guardText ? [limit, this.store.table, exclude] : [limit];
+    const rows = await this.run('claiming a batch', this.conn.unsafe<ClaimedRow[]>(this.store.claimText, params, this.store.prepared));
     for (const r of rows) r.publishable = true;
     if (!this.store.guardText || rows.length === 0) return rows;
     const waiting = await this.run(
