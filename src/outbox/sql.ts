@@ -26,7 +26,7 @@ import type { ParkedPolicy } from '../config.ts';
 export function claimSql(t: string, policy: ParkedPolicy): string {
   const parkedBlocks = policy === 'hold' ? 'parked_at IS NOT NULL OR ' : '';
   return `
-WITH blocked AS (
+WITH blocked AS MATERIALIZED (
   -- aggregates whose earliest failed row waits (backoff${policy === 'hold' ? ' or parked' : ''}): their later rows are
   -- not even claimed, so a poison row cannot fill every batch with rows that must wait (G6).
   -- Small: only rows that failed at least once (partial index on attempts > 0).
