@@ -1,7 +1,7 @@
 // The outbox-relay command. `invoke` and `schedule` go through the same middy handler Lambda
 // runs, with a Lambda-like context; the summary goes to stdout as JSON, logs to stderr.
 import { randomUUID } from 'node:crypto';
-import { parseArgs } from 'node:util';
+import { parseArgs, type ParseArgsConfig } from 'node:util';
 import type { Context, ScheduledEvent } from 'aws-lambda';
 import { closeRuntime, getRuntime, handler } from './handler.ts';
 import { RelayError } from './errors.ts';
@@ -103,8 +103,19 @@ async function schedule(everyMs: number, timeoutMs: number, max: number | undefi
   await Promise.allSettled([...running]);
 }
 
+// parseArgs throws for an unknown or malformed option (e.g. a typo like --al): that is a usage
+// error (exit 2 with the usage text), not a failure of the command (exit 1)
+function parseCommandLine<T extends ParseArgsConfig>(config: T): ReturnType<typeof parseArgs<T>> {
+  try {
+    return parseArgs(config);
+  } catch (err) {
+    if ((err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS_')) throw new UsageError((err as Error).message);
+    throw err;
+  }
+}
+
 export async function main(argv: string[]): Promise<number> {
-  const { values, positionals } = parseArgs({
+  const { values, positionals } = parseCommandLine({
     args: argv,
     allowPositionals: true,
     options: {
@@ -158,7 +169,9 @@ export async function main(argv: string[]): Promise<number> {
       const sql = await rt.database();
       const table = rt.config.outbox.table;
       const ids = [...(sub === 'list' ? [] : rest)];
-      for (const id of ids) if (!/^[0-9a-f-]{36}$/i.test(id)) throw new UsageError(`${JSON.stringify(id)} is not a row id (uuid)`);
+      // the canonical 8-4-4-4-12 form: a looser check (36 of [0-9a-f-]) let e.g. 36 hex digits
+      // through to Postgres, which failed with a raw "invalid input syntax for type uuid", exit 1
+      for (const id of ids) if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(id)) throw new UsageError(`${JSON.stringify(id)} is not a row id (uuid)`);
       if (sub === 'list') {
         const rows = await listParked(sql, table, positiveInt('limit', values.limit, 100));
         if (values.json) process.stdout.write(JSON.stringify(rows) + '\n');
