@@ -8,12 +8,14 @@ import { BrokerUnavailableError, DatabaseError } from './errors.ts';
 import { KafkajsPublisher } from './kafka/kafkajs.ts';
 import type { Publisher } from './kafka/publisher.ts';
 import type { Logger } from './log.ts';
-import { OutboxStore, isAuthError } from './outbox/store.ts';
+import { OutboxStore, isAuthError, isConnectionLost } from './outbox/store.ts';
 import { runInvocation, type Summary } from './relay.ts';
 import { databaseUrlFromSecret, kafkaCredentialsFromSecret, SecretsManagerSource, type SecretSource } from './secrets.ts';
 
 export class Runtime {
   private sql: Sql | undefined;
+  /** a connection of `sql` closed: replace the client before the next invocation uses it */
+  private connectionLost = false;
   private store: OutboxStore | undefined;
   private publisherInstance: Publisher | undefined;
   private readonly secrets: SecretSource;
@@ -35,21 +37,34 @@ export class Runtime {
 
   /** The shared postgres.js client; `refresh` re-reads the secret and reconnects. */
   async database(refresh = false): Promise<Sql> {
-    if (this.sql && !refresh && !this.store?.poisoned) return this.sql;
+    if (this.sql && !refresh && !this.store?.poisoned && !this.connectionLost) return this.sql;
     await this.closeDatabase();
     const url = await this.databaseUrl(refresh);
     const db = this.config.database;
-    this.sql = postgres(url, {
+    const client: Sql = postgres(url, {
       // two batch transactions overlap (claim next while publishing current) + one for prune/status
       max: 3,
       prepare: db.prepare,
       connect_timeout: Math.ceil(db.connectTimeoutMs / 1000),
       idle_timeout: 0,
+      // no rotation by age either: a connection then closes only when something broke, and every
+      // close (see onclose) abandons the open transactions and replaces the client
+      max_lifetime: null,
+      // A connection of this client closed under us. Writing to it again through a reserved
+      // handle would crash the process (postgres.js 3.4.9, porsager/postgres#1208: uncaught
+      // TypeError in nextWrite), so the open transactions write nothing more (OutboxStore
+      // .connectionLost) and the next invocation builds a new client.
+      onclose: () => {
+        if (this.sql !== client) return;
+        this.connectionLost = true;
+        if (this.store) this.store.connectionLost = this.store.poisoned = true;
+      },
       connection: { application_name: db.applicationName },
       // RDS-style JSON secrets carry no sslmode; RDS for Postgres 15+ requires TLS by default
       ...(db.ssl ? { ssl: db.ssl === 'disable' ? false : db.ssl } : {}),
       onnotice: () => undefined,
     });
+    this.sql = client;
     this.store = undefined;
     return this.sql;
   }
@@ -81,14 +96,34 @@ export class Runtime {
       logger,
       pauseAfterPublishMs: this.config.testPauseAfterPublishMs,
     });
-    let summary: Summary;
-    try {
-      summary = await runInvocation(deps(await this.outboxStore()), deadline);
-    } catch (err) {
-      // credentials rotated under us: read the secret again once and retry with the same deadline
-      if (!(err instanceof DatabaseError && isAuthError(err.cause) && this.config.database.secretId)) throw err;
-      logger.warn('database refused the credentials; refreshing the database secret once', { secretId: this.config.database.secretId });
-      summary = await runInvocation(deps(await this.outboxStore(true)), deadline);
+    let summary: Summary | undefined;
+    let refresh = false;
+    let refreshed = false;
+    let reconnected = false;
+    while (!summary) {
+      try {
+        summary = await runInvocation(deps(await this.outboxStore(refresh)), deadline);
+      } catch (err) {
+        if (!(err instanceof DatabaseError)) throw err;
+        if (!refreshed && isAuthError(err.cause) && this.config.database.secretId) {
+          // credentials rotated under us: read the secret again once and retry with the same deadline
+          logger.warn('database refused the credentials; refreshing the database secret once', { secretId: this.config.database.secretId });
+          refresh = refreshed = true;
+          continue;
+        }
+        const before = (err as { summary?: Summary }).summary;
+        if (!reconnected && isConnectionLost(err.cause) && before?.batches === 0 && before.published === 0) {
+          // The warm client's connections were closed while the container sat idle (failover,
+          // pg_terminate_backend, a proxy's idle timeout) and the first statement found out.
+          // Nothing was claimed yet: build a new client once instead of failing the invocation.
+          logger.warn('a database connection was found closed; reconnecting once', { error: err.message });
+          await this.closeDatabase();
+          refresh = false;
+          reconnected = true;
+          continue;
+        }
+        throw err;
+      }
     }
     if (summary.stoppedBecause === 'broker-unavailable') {
       // rows stay pending and the next invocation retries; fail this one so it shows in
@@ -105,6 +140,7 @@ export class Runtime {
     const sql = this.sql;
     this.sql = undefined;
     this.store = undefined;
+    this.connectionLost = false;
     await sql?.end({ timeout: 1 }).catch(() => undefined);
   }
 

@@ -36,6 +36,14 @@ export class OutboxStore {
   readonly prepared: { prepare: boolean };
   /** set when a statement was abandoned mid-flight: the client must be replaced */
   poisoned = false;
+  /**
+   * Set (with `poisoned`) when one of the client's connections closed under us (backend
+   * terminated, failover, network). postgres.js 3.4.9 throws an uncatchable TypeError from
+   * nextWrite (porsager/postgres#1208), killing the process, when a statement is written to a
+   * reserved connection whose socket closed while it sat idle in our transaction; which of our
+   * connections closed is not exposed, so no open transaction writes anything more.
+   */
+  connectionLost = false;
 
   constructor(
     readonly sql: Sql,
@@ -99,6 +107,10 @@ export class BatchTx {
   ) {}
 
   run<T>(what: string, query: Promise<T> | PendingQuery<Row[]>): Promise<T> {
+    // a PendingQuery is sent only when awaited: rejecting here means it never reaches the socket
+    if (this.store.connectionLost) {
+      return Promise.reject(new DatabaseError(`a database connection closed during the invocation (terminated by the server, failover or network) before ${what}; the batch is abandoned and its rows stay pending`));
+    }
     return this.store.bounded(this.deadline, what, query);
   }
 
@@ -182,6 +194,14 @@ const AUTH_CODES = new Set(['28P01', '28000']);
 export function isAuthError(err: unknown): boolean {
   const code = (err as { code?: unknown } | undefined)?.code ?? ((err as { cause?: { code?: unknown } } | undefined)?.cause?.code);
   return typeof code === 'string' && AUTH_CODES.has(code);
+}
+
+/** postgres.js' own codes for a closed socket, the OS's, and the server's "terminating connection" (57P0x) */
+const CONNECTION_LOST_CODES = new Set(['CONNECTION_CLOSED', 'CONNECTION_ENDED', 'CONNECTION_DESTROYED', 'ECONNRESET', 'EPIPE', '57P01', '57P02', '57P03']);
+
+export function isConnectionLost(err: unknown): boolean {
+  const code = (err as { code?: unknown } | undefined)?.code;
+  return typeof code === 'string' && CONNECTION_LOST_CODES.has(code);
 }
 
 export function wrapDbError(err: unknown, what: string): Error {
