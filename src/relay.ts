@@ -241,6 +241,13 @@ async function settle(deps: RelayDeps, batch: Batch, outcome: PublishOutcome & {
     const park = shouldPark(attempt, deps.config.maxAttempts, error.permanent);
     return { seq, error: error.message, park, delayMs: park ? 0 : backoffMs(attempt, deps.config.backoffBaseMs, deps.config.backoffMaxMs, random) };
   });
+  if (outcome.acked.length === 0 && failures.length === 0) {
+    // Nothing to write (e.g. the broker hung and the send lost the race with the deadline): roll
+    // back. A COMMIT here would find the deadline spent and fail, and the invocation would then
+    // blame "committing the batch" instead of the broker.
+    await batch.tx.rollback();
+    return;
+  }
   try {
     await batch.tx.markSent(outcome.acked);
     await batch.tx.recordFailures(failures);
