@@ -14,6 +14,11 @@ export class Deadline {
     return new Deadline(now() + remainingMs - safetyMarginMs, now);
   }
 
+  /** The same deadline, `ms` earlier: room kept for work that must follow (committing marks). */
+  minus(ms: number): Deadline {
+    return new Deadline(this.at - ms, this.now);
+  }
+
   remaining(): number {
     return Math.max(0, this.at - this.now());
   }

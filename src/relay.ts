@@ -33,6 +33,9 @@ export interface Summary {
   error?: string;
 }
 
+/** time kept after a batch's sends for marking and committing what was acked */
+const MARK_RESERVE_MS = 500;
+
 export interface RelayDeps {
   store: OutboxStore;
   publisher: Publisher;
@@ -98,7 +101,9 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
       // awaited below; this only keeps an early rejection from counting as unhandled meanwhile
       next?.catch(() => undefined);
 
-      const outcome = await publishBatch(deps, publishable, deadline);
+      // Sends give up a little before the deadline, so the acks that did arrive (other topics of
+      // the batch) can still be committed instead of being re-sent by the next invocation.
+      const outcome = await publishBatch(deps, publishable, deadline.minus(Math.min(MARK_RESERVE_MS, deadline.remaining() / 4)));
       if (deps.pauseAfterPublishMs && outcome.acked.length) {
         logger.warn('test hook: pausing after publish, before marks commit', { pauseMs: deps.pauseAfterPublishMs, acked: outcome.acked.length });
         await new Promise((r) => setTimeout(r, deps.pauseAfterPublishMs));
@@ -110,7 +115,9 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
       next = undefined;
       if (outcome.unavailable) {
         await discard(pending);
-        summary.stoppedBecause = outcome.unavailable instanceof DeadlineExceededError ? 'budget' : 'broker-unavailable';
+        // A send that outlived the whole remaining budget (a hung or frozen broker) fails the
+        // invocation like a broker that is down: both must show in Lambda's Errors metric.
+        summary.stoppedBecause = 'broker-unavailable';
         summary.error = outcome.unavailable.message;
         logger.warn('broker unavailable; stopping this invocation, rows stay pending', { error: outcome.unavailable });
         break;

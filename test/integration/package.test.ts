@@ -225,6 +225,7 @@ describe('packaged for AWS (stage prod, default parameters)', () => {
       NODE_OPTIONS: '--enable-source-maps',
       DATABASE_SECRET_ID: DB_SECRET,
       DATABASE_PREPARE: 'true',
+      DATABASE_SSL: '',
       KAFKA_BROKERS: BROKERS,
       KAFKA_SECRET_ID: KAFKA_SECRET,
       KAFKA_SSL: 'true',
