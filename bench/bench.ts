@@ -2,7 +2,9 @@
 //   relay     one invocation of the real loop (claim ‖ publish, mark, commit), events/s
 //   producer  kafkajs alone sending the same messages in the same batches (idempotent, acks=all)
 //   sql       claim + mark + commit alone, no Kafka, with the order guard and without it
-// ratio = relay / min(producer, sql guarded). Prints a table, then one JSON line.
+// for the default OUTBOX_SENT_ROWS=keep (rows marked sent), and relay and sql again with
+// OUTBOX_SENT_ROWS=delete. ratio = relay / min(producer, sql guarded). Prints a table, then one
+// JSON line.
 import { parseArgs } from 'node:util';
 import kafkajs from 'kafkajs';
 import postgres from 'postgres';
@@ -82,10 +84,10 @@ interface Result {
 }
 const result = (name: string, events: number, ms: number): Result => ({ name, events, ms, perSec: Math.round((events / ms) * 1000) });
 
-async function benchRelay(): Promise<Result> {
-  const { table, template } = await prepare('relay');
-  const config = loadConfig({ ...env, OUTBOX_TABLE: table, OUTBOX_TOPIC_TEMPLATE: template });
-  const store = new OutboxStore(sql, config.outbox.table, config.outbox.parkedPolicy);
+async function benchRelay(sentRows: 'keep' | 'delete'): Promise<Result> {
+  const { table, template } = await prepare(`relay${sentRows}`);
+  const config = loadConfig({ ...env, OUTBOX_TABLE: table, OUTBOX_TOPIC_TEMPLATE: template, OUTBOX_SENT_ROWS: sentRows });
+  const store = new OutboxStore(sql, config.outbox.table, config.outbox.parkedPolicy, { sentRows });
   const publisher = new KafkajsPublisher({ kafka: config.kafka, logger, maxMessageBytes: config.outbox.maxMessageBytes });
   // warm the producer and the topic metadata, as a warm Lambda container would be
   await publisher.publish([], new Deadline(Date.now() + 10_000));
@@ -96,7 +98,7 @@ async function benchRelay(): Promise<Result> {
   await publisher.close();
   if (summary.published !== N) throw new Error(`relay published ${summary.published} of ${N}: ${JSON.stringify(summary)}`);
   await drop(table);
-  return result('relay (one invocation)', summary.published, ms);
+  return result(`relay, one invocation (${sentRows})`, summary.published, ms);
 }
 
 async function benchProducer(): Promise<Result> {
@@ -118,10 +120,10 @@ async function benchProducer(): Promise<Result> {
   return result('kafkajs producer alone', messages.length, ms);
 }
 
-async function benchSql(guard: boolean): Promise<Result> {
-  const { table } = await prepare(guard ? 'sqlguard' : 'sqlplain');
+async function benchSql(guard: boolean, sentRows: 'keep' | 'delete' = 'keep'): Promise<Result> {
+  const { table } = await prepare(`sql${guard ? 'guard' : 'plain'}${sentRows}`);
   const config = loadConfig({ ...env, OUTBOX_TABLE: table });
-  const store = new OutboxStore(sql, config.outbox.table, config.outbox.parkedPolicy, { guard });
+  const store = new OutboxStore(sql, config.outbox.table, config.outbox.parkedPolicy, { guard, sentRows });
   const deadline = new Deadline(Date.now() + 600_000);
   let done = 0;
   const start = performance.now();
@@ -137,7 +139,7 @@ async function benchSql(guard: boolean): Promise<Result> {
   const ms = performance.now() - start;
   if (done !== N) throw new Error(`sql loop marked ${done} of ${N}`);
   await drop(table);
-  return result(guard ? 'claim+mark SQL, order guard' : 'claim+mark SQL, no guard', done, ms);
+  return result(`claim+mark SQL, ${guard ? 'order guard' : 'no guard'} (${sentRows})`, done, ms);
 }
 
 async function main(): Promise<void> {
@@ -145,14 +147,19 @@ async function main(): Promise<void> {
   const producer = await benchProducer();
   const sqlGuarded = await benchSql(true);
   const sqlPlain = await benchSql(false);
-  const relay = await benchRelay();
-  const rows = [relay, producer, sqlGuarded, sqlPlain];
+  const relay = await benchRelay('keep');
+  const sqlDelete = await benchSql(true, 'delete');
+  const relayDelete = await benchRelay('delete');
+  const rows = [relay, producer, sqlGuarded, sqlPlain, relayDelete, sqlDelete];
   const ceiling = Math.min(producer.perSec, sqlGuarded.perSec);
   const ratio = relay.perSec / ceiling;
+  const ratioDelete = relayDelete.perSec / Math.min(producer.perSec, sqlDelete.perSec);
   const guardCost = 1 - sqlGuarded.perSec / sqlPlain.perSec;
-  console.log(`\n${'measurement'.padEnd(32)} ${'events'.padStart(8)} ${'seconds'.padStart(8)} ${'events/s'.padStart(10)}`);
-  for (const r of rows) console.log(`${r.name.padEnd(32)} ${String(r.events).padStart(8)} ${(r.ms / 1000).toFixed(2).padStart(8)} ${String(r.perSec).padStart(10)}`);
-  console.log(`\nceiling = min(producer, guarded SQL) = ${ceiling} events/s; relay / ceiling = ${ratio.toFixed(2)}; order guard costs ${(guardCost * 100).toFixed(1)}% of the unguarded claim+mark rate\n`);
+  console.log(`\n${'measurement'.padEnd(44)} ${'events'.padStart(8)} ${'seconds'.padStart(8)} ${'events/s'.padStart(10)}`);
+  for (const r of rows) console.log(`${r.name.padEnd(44)} ${String(r.events).padStart(8)} ${(r.ms / 1000).toFixed(2).padStart(8)} ${String(r.perSec).padStart(10)}`);
+  console.log(`\nkeep (default): ceiling = min(producer, guarded SQL) = ${ceiling} events/s; relay / ceiling = ${ratio.toFixed(2)}`);
+  console.log(`delete: ceiling = ${Math.min(producer.perSec, sqlDelete.perSec)} events/s; relay / ceiling = ${ratioDelete.toFixed(2)}`);
+  console.log(`the order guard costs ${(guardCost * 100).toFixed(1)}% of the unguarded claim+mark rate\n`);
   console.log(
     JSON.stringify({
       events: N,
@@ -165,6 +172,9 @@ async function main(): Promise<void> {
       sqlUnguardedEventsPerSec: sqlPlain.perSec,
       ratio: Number(ratio.toFixed(3)),
       guardCost: Number(guardCost.toFixed(3)),
+      relayDeleteEventsPerSec: relayDelete.perSec,
+      sqlDeleteEventsPerSec: sqlDelete.perSec,
+      ratioDelete: Number(ratioDelete.toFixed(3)),
     }),
   );
 }

@@ -38,6 +38,8 @@ export interface Config {
     parkedPolicy: ParkedPolicy;
     /** upper bound for one encoded message; undefined = ask the broker */
     maxMessageBytes?: number;
+    /** keep: mark sent rows (sent_at) and prune them after retainSentMs; delete: delete them when acked */
+    sentRows: 'keep' | 'delete';
     /** delete sent rows older than this many ms at the end of an invocation; 0 = never */
     retainSentMs: number;
   };
@@ -151,6 +153,7 @@ export function loadConfig(env: Env = process.env): Config {
       topicTemplate,
       parkedPolicy: oneOf('OUTBOX_PARKED_POLICY', ['hold', 'skip'] as const, 'hold'),
       maxMessageBytes: maxMessageBytesRaw === undefined ? undefined : int('OUTBOX_MAX_MESSAGE_BYTES', 1_000_000, 1_024, 100_000_000),
+      sentRows: oneOf('OUTBOX_SENT_ROWS', ['keep', 'delete'] as const, 'keep'),
       retainSentMs: int('OUTBOX_RETAIN_SENT_MS', 86_400_000, 0, 365 * 86_400_000),
     },
     logLevel: oneOf('OUTBOX_LOG_LEVEL', ['debug', 'info', 'warn', 'error'] as const, 'info'),

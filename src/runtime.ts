@@ -71,7 +71,10 @@ export class Runtime {
 
   async outboxStore(refresh = false): Promise<OutboxStore> {
     const sql = await this.database(refresh);
-    this.store ??= new OutboxStore(sql, this.config.outbox.table, this.config.outbox.parkedPolicy, { prepare: this.config.database.prepare });
+    this.store ??= new OutboxStore(sql, this.config.outbox.table, this.config.outbox.parkedPolicy, {
+      prepare: this.config.database.prepare,
+      sentRows: this.config.outbox.sentRows,
+    });
     return this.store;
   }
 

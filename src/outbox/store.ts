@@ -49,13 +49,13 @@ export class OutboxStore {
     readonly sql: Sql,
     table: TableName,
     policy: ParkedPolicy,
-    { guard = true, prepare = true }: { guard?: boolean; prepare?: boolean } = {},
+    { guard = true, prepare = true, sentRows = 'keep' }: { guard?: boolean; prepare?: boolean; sentRows?: 'keep' | 'delete' } = {},
   ) {
     this.prepared = { prepare };
     this.table = qualified(table);
     this.claimText = guard ? q.claimSql(this.table, policy) : q.claimUnguardedSql(this.table);
     this.guardText = guard ? q.guardSql(this.table, policy) : undefined;
-    this.markText = q.markSentSql(this.table);
+    this.markText = sentRows === 'delete' ? q.deleteSentSql(this.table) : q.markSentSql(this.table);
   }
 
   async begin(deadline: Deadline): Promise<BatchTx> {

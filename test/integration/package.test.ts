@@ -237,6 +237,7 @@ describe('packaged for AWS (stage prod, default parameters)', () => {
       OUTBOX_BACKOFF_MAX_MS: '300000',
       OUTBOX_TOPIC_TEMPLATE: 'outbox.event.{aggregatetype}',
       OUTBOX_PARKED_POLICY: 'hold',
+      OUTBOX_SENT_ROWS: 'keep',
       OUTBOX_RETAIN_SENT_MS: '86400000',
       OUTBOX_LOG_LEVEL: 'info',
     });

@@ -133,3 +133,25 @@ describe('retention', () => {
     }
   });
 });
+
+describe('OUTBOX_SENT_ROWS=delete', () => {
+  it('deletes rows in the batch transaction once the broker acked them; failed rows stay', async () => {
+    const f = await fixture(sql, 'delmode');
+    const ids = await insertEvents(sql, f.table, [
+      ...Array.from({ length: 30 }, (_, i) => ({ aggregateid: `a-${i % 4}`, payload: { i } })),
+      { aggregateid: 'poison', topic: 'no.such.topic' },
+    ]);
+    const rt = new Runtime(loadConfig({ ...f.env, OUTBOX_SENT_ROWS: 'delete', OUTBOX_LOG_LEVEL: 'error' }), createLogger('error'));
+    try {
+      const s = await rt.invoke(30_000);
+      assert.equal(s.published, 30);
+    } finally {
+      await rt.close();
+    }
+    const left = await sql.unsafe<{ id: string; attempts: number }[]>(`SELECT id, attempts FROM ${qualified(parseTableName(f.table))}`);
+    assert.deepEqual(left.map((r) => r.id), [ids[30]], 'only the row that could not be sent is left');
+    assert.ok(left[0]!.attempts >= 1);
+    const msgs = await consumeAll([f.topic('order')], 30);
+    assert.deepEqual(new Set(msgs.map((m) => m.headers.id)), new Set(ids.slice(0, 30)));
+  });
+});
