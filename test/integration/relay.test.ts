@@ -240,6 +240,44 @@ describe('G7: short transactions', () => {
   });
 });
 
+describe('G5: the budget holds when the database hangs', () => {
+  it('the relay\'s own backends frozen (SIGSTOP) mid-invocation: returns before the deadline; nothing lost after they resume', async () => {
+    const f = await fixture(sql, 'dbstop');
+    const ids = await insertEvents(sql, f.table, Array.from({ length: 20_000 }, (_, i) => ({ aggregateid: `a-${i % 50}`, payload: { i } })));
+    const appName = `relay-dbstop-${f.table}`;
+    const env = { ...f.env, OUTBOX_BATCH_SIZE: '20', OUTBOX_SAFETY_MARGIN_MS: '2000', OUTBOX_CLIENT_ID: appName };
+    const running = startCli(['invoke', '--timeout', '8000'], env);
+    const frozen: number[] = [];
+    let res;
+    try {
+      for (let sent = 0; sent < 500; ) {
+        await new Promise((r) => setTimeout(r, 50));
+        sent = (await counts(sql, f.table)).sent;
+      }
+      const backends = await sql<{ pid: number }[]>`SELECT pid FROM pg_stat_activity WHERE application_name = ${appName}`;
+      assert.ok(backends.length > 0);
+      for (const { pid } of backends) {
+        process.kill(pid, 'SIGSTOP');
+        frozen.push(pid);
+      }
+      res = await running.result;
+    } finally {
+      running.child.kill('SIGKILL');
+      for (const pid of frozen) process.kill(pid, 'SIGCONT');
+    }
+    const summary = res.summary as { durationMs: number; stoppedBecause: string; published: number };
+    assert.ok(summary, res.stderr.slice(-2_000));
+    assert.ok(summary.durationMs < 6_500, `returned after ${summary.durationMs} ms; deadline 8000 - 2000 margin`);
+    assert.ok(res.durationMs < 8_000 + 3_000 + 2_000, `the process exited after ${res.durationMs} ms`);
+    // every row marked sent is on Kafka (G1), and the next invocation delivers the rest
+    const next = await runCli(['invoke', '--timeout', '60000'], { ...env, OUTBOX_BATCH_SIZE: '500' });
+    assert.equal(next.code, 0, next.stderr);
+    assert.deepEqual(await counts(sql, f.table), { total: 20_000, sent: 20_000, parked: 0, pending: 0 });
+    const msgs = await consumeAll([f.topic('order')], 20_000, 60_000);
+    assert.deepEqual(new Set(msgs.map((m) => m.headers.id)), new Set(ids));
+  });
+});
+
 describe('G8: clear failures', () => {
   it('a wrong database password: exit non-zero, names the cause, marks nothing', async () => {
     const f = await fixture(sql, 'badpw');
