@@ -131,8 +131,7 @@ async function benchSql(guard: boolean, sentRows: 'keep' | 'delete' = 'keep'): P
     const tx = await store.begin(deadline);
     const rows = await tx.claim(BATCH);
     const ok = rows.filter((r) => r.publishable).map((r) => r.seq);
-    await tx.markSent(ok);
-    await tx.commit();
+    await tx.settle(ok, []);
     done += ok.length;
     if (rows.length < BATCH) break;
   }

@@ -256,9 +256,7 @@ async function settle(deps: RelayDeps, batch: Batch, outcome: PublishOutcome & {
     return;
   }
   try {
-    await batch.tx.markSent(outcome.acked);
-    await batch.tx.recordFailures(failures);
-    await batch.tx.commit();
+    await batch.tx.settle(outcome.acked, failures);
   } catch (err) {
     await batch.tx.rollback();
     // acked but not marked: these rows will be sent again (at-least-once), with the same ids

@@ -4,22 +4,27 @@
 import type { ParkedPolicy } from '../config.ts';
 
 /**
- * Claim up to $1 pending, due rows in seq order and apply the order guard (G4).
+ * Claim up to $1 pending, due rows in seq order and apply the order guard (G4), in one statement
+ * (one round trip: the claim runs while the previous batch is encoded on the same event loop).
  *
  * Three layers:
  * 0. Aggregates whose earliest failed row is backing off (or parked, under the default policy)
- *    are left out of the claim entirely.
+ *    are left out of the claim entirely, so a poison row cannot fill every batch with rows that
+ *    must wait (G6).
  * 1. Aggregates are claimed, not just rows: a row is taken only if this transaction gets the
  *    transaction-scoped advisory lock of its aggregate (key: hash of table and aggregateid,
  *    $2 seeds it with the table name). Concurrent invocations therefore take disjoint sets of
  *    aggregates and all make progress, instead of claiming rows that wait behind each other's
  *    in-flight rows. Rows other invocations hold are skipped (SKIP LOCKED).
  * 2. The gap check: a claimed row is publishable only if no unsent row of its aggregate with a
- *    smaller seq exists outside this claim (backing off, parked, or held by a transaction that
- *    is not a relay's, e.g. an application's SELECT ... FOR UPDATE), including one *between*
- *    two of our rows. One pass per claimed aggregate: walk its unsent rows below our highest
- *    seq in seq order (partial index on (aggregateid, seq)) and stop at the first that is not
- *    ours: that is the first gap, and our rows above it wait.
+ *    smaller seq exists outside this claim (held by a transaction that is not a relay's, e.g. an
+ *    application's SELECT ... FOR UPDATE; skipped by our scan while another invocation held the
+ *    aggregate; committed late), including one *between* two of our rows. One pass per claimed
+ *    aggregate: walk its unsent rows below our highest seq in seq order (partial index on
+ *    (aggregateid, seq)) and stop at the first that is not ours: that is the first gap, and our
+ *    rows above it wait. The statement's snapshot may predate a mark another invocation
+ *    committed while our scan ran; such a row only looks like a gap, so the error is always on
+ *    the safe side (a row waits one batch longer), and lockGapsSql tells the two cases apart.
  * Held-back rows stay locked by this transaction until it ends, so no one else can take them
  * out of order either. $3 lists aggregates the invocation already found held back: skipped.
  */
@@ -27,42 +32,27 @@ export function claimSql(t: string, policy: ParkedPolicy): string {
   const parkedBlocks = policy === 'hold' ? 'parked_at IS NOT NULL OR ' : '';
   return `
 WITH blocked AS MATERIALIZED (
-  -- aggregates whose earliest failed row waits (backoff${policy === 'hold' ? ' or parked' : ''}): their later rows are
-  -- not even claimed, so a poison row cannot fill every batch with rows that must wait (G6).
-  -- Small: only rows that failed at least once (partial index on attempts > 0).
+  -- only rows that failed at least once (partial index on attempts > 0): normally none
   SELECT aggregateid, min(seq) AS first_blocked
   FROM ${t}
   WHERE sent_at IS NULL AND skipped_at IS NULL AND attempts > 0
     AND (${parkedBlocks}next_attempt_at > now())
   GROUP BY aggregateid
-)
-SELECT r.seq, r.id, r.aggregatetype, r.aggregateid, r.type, r.payload::text AS payload,
-       r.topic, r.headers, r.attempts
-FROM ${t} r
-WHERE r.sent_at IS NULL AND r.skipped_at IS NULL AND r.parked_at IS NULL
-  AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.aggregateid = r.aggregateid AND b.first_blocked < r.seq)
-  AND r.aggregateid <> ALL ($3::text[])
-  -- CASE: only try the aggregate lock for rows that are otherwise claimable
-  AND CASE WHEN r.next_attempt_at <= now()
-           THEN pg_try_advisory_xact_lock(hashtextextended(r.aggregateid, hashtext($2)))
-           ELSE false END
-ORDER BY r.seq
-LIMIT $1
-FOR UPDATE OF r SKIP LOCKED`;
-}
-
-/**
- * The gap check of the order guard, run right after claimSql in the same transaction. It is a
- * separate statement on purpose: its snapshot is taken after the aggregate locks were acquired,
- * so it sees every mark committed by whoever held those aggregates before (one statement's
- * snapshot would predate them and hold back rows that are in fact next in line).
- * $1: claimed seqs, $2: their aggregate ids, in the same order. Returns only the rows that
- * must wait, with the row each waits for (usually none).
- */
-export function guardSql(t: string, policy: ParkedPolicy): string {
-  return `
-WITH cand AS (
-  SELECT * FROM unnest($1::bigint[], $2::text[]) AS c(seq, aggregateid)
+),
+cand AS MATERIALIZED (
+  SELECT r.seq, r.id, r.aggregatetype, r.aggregateid, r.type, r.payload::text AS payload,
+         r.topic, r.headers, r.attempts
+  FROM ${t} r
+  WHERE r.sent_at IS NULL AND r.skipped_at IS NULL AND r.parked_at IS NULL
+    AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.aggregateid = r.aggregateid AND b.first_blocked < r.seq)
+    AND r.aggregateid <> ALL ($3::text[])
+    -- CASE: only try the aggregate lock for rows that are otherwise claimable
+    AND CASE WHEN r.next_attempt_at <= now()
+             THEN pg_try_advisory_xact_lock(hashtextextended(r.aggregateid, hashtext($2)))
+             ELSE false END
+  ORDER BY r.seq
+  LIMIT $1
+  FOR UPDATE OF r SKIP LOCKED
 ),
 aggs AS (
   SELECT aggregateid, max(seq) AS max_seq, array_agg(seq) AS seqs FROM cand GROUP BY aggregateid
@@ -79,18 +69,19 @@ gap AS MATERIALIZED (
           LIMIT 1) AS first_gap
   FROM aggs a
 )
-SELECT c.seq, g.first_gap
+SELECT c.*, g.first_gap, (g.first_gap IS NULL OR c.seq < g.first_gap) AS publishable
 FROM cand c
 JOIN gap g ON g.aggregateid = c.aggregateid
-WHERE g.first_gap IS NOT NULL AND c.seq > g.first_gap`;
+ORDER BY c.seq`;
 }
 
 /**
- * For held-back rows: lock the rows they wait for, where no one else holds them. A gap row we
- * can lock was simply outside our claim (another relay held its aggregate when our scan passed
- * it, or it committed late): it is next in line and our following claim takes it. A gap row we
- * cannot lock is held by a transaction that is not a relay's (relays hold the aggregate's lock,
- * and we hold that): it may stay held for long, so the invocation stops claiming that aggregate.
+ * For held-back rows (a separate statement, so with a fresh snapshot): lock the rows they wait
+ * for, where no one else holds them. A gap row we can lock was only outside our claim (another
+ * relay held its aggregate when our scan passed it, had just marked it sent, or it committed
+ * late): our following claim takes it or is no longer held back by it. A gap row we cannot lock
+ * is held by a transaction that is not a relay's (relays hold the aggregate's lock, and we hold
+ * that): it may stay held for long, so the invocation stops claiming that aggregate.
  */
 export function lockGapsSql(t: string): string {
   return `

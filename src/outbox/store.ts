@@ -29,8 +29,8 @@ export interface Failure {
 export class OutboxStore {
   readonly table: string;
   readonly claimText: string;
-  /** undefined: no order guard (benchmark comparison only) */
-  readonly guardText: string | undefined;
+  /** false: no order guard (benchmark comparison only) */
+  readonly guarded: boolean;
   readonly markText: string;
   /** named prepared statements for the per-batch queries, unless DATABASE_PREPARE=false (PgBouncer, RDS Proxy) */
   readonly prepared: { prepare: boolean };
@@ -54,23 +54,28 @@ export class OutboxStore {
     this.prepared = { prepare };
     this.table = qualified(table);
     this.claimText = guard ? q.claimSql(this.table, policy) : q.claimUnguardedSql(this.table);
-    this.guardText = guard ? q.guardSql(this.table, policy) : undefined;
+    this.guarded = guard;
     this.markText = sentRows === 'delete' ? q.deleteSentSql(this.table) : q.markSentSql(this.table);
   }
 
+  /**
+   * Reserve a connection and open the batch transaction. BEGIN and the timeouts are sent without
+   * waiting for their answers: the claim follows them down the same connection (postgres.js
+   * pipelines), so a claim costs one round trip, not three. That matters because the claim runs
+   * while the previous batch is being encoded for Kafka on the same event loop.
+   */
   async begin(deadline: Deadline): Promise<BatchTx> {
     const conn = await this.bounded(deadline, 'reserving a database connection', this.sql.reserve());
     const tx = new BatchTx(this, conn, deadline);
-    try {
-      await tx.run('BEGIN', conn`BEGIN`);
-      const stmtMs = String(Math.max(1, deadline.remaining()));
-      // the transaction may sit idle while the batch is on its way to Kafka; never past the deadline
-      const idleMs = String(Math.max(1, deadline.remaining() + 1_000));
-      await tx.run('setting timeouts', conn`SELECT set_config('statement_timeout', ${stmtMs}, true), set_config('lock_timeout', ${stmtMs}, true), set_config('idle_in_transaction_session_timeout', ${idleMs}, true)`);
-    } catch (err) {
-      await tx.rollback();
-      throw err;
-    }
+    const stmtMs = String(Math.max(1, deadline.remaining()));
+    // the transaction may sit idle while the batch is on its way to Kafka; never past the deadline
+    const idleMs = String(Math.max(1, deadline.remaining() + 1_000));
+    tx.opened = Promise.all([
+      tx.run('BEGIN', conn`BEGIN`),
+      tx.run('setting timeouts', conn`SELECT set_config('statement_timeout', ${stmtMs}, true), set_config('lock_timeout', ${stmtMs}, true), set_config('idle_in_transaction_session_timeout', ${idleMs}, true)`),
+    ]).then(() => undefined);
+    // awaited by the first statement that needs the transaction; never an unhandled rejection
+    tx.opened.catch(() => undefined);
     return tx;
   }
 
@@ -100,6 +105,8 @@ export class OutboxStore {
 
 export class BatchTx {
   private done = false;
+  /** BEGIN and the timeouts, in flight ahead of the first statement (see OutboxStore.begin) */
+  opened: Promise<void> = Promise.resolve();
   constructor(
     private readonly store: OutboxStore,
     private readonly conn: ReservedSql,
@@ -116,53 +123,52 @@ export class BatchTx {
 
   /** `exclude`: aggregates this invocation already found stuck behind someone else's row */
   async claim(limit: number, exclude: string[] = []): Promise<ClaimedRow[]> {
-    const params = this.store.guardText ? [limit, this.store.table, exclude] : [limit];
-    const rows = await this.run('claiming a batch', this.conn.unsafe<ClaimedRow[]>(this.store.claimText, params, this.store.prepared));
-    for (const r of rows) r.publishable = true;
-    if (!this.store.guardText || rows.length === 0) return rows;
-    const waiting = await this.run(
-      'checking aggregate order',
-      this.conn.unsafe<{ seq: string; first_gap: string }[]>(this.store.guardText, [rows.map((r) => r.seq), rows.map((r) => r.aggregateid)], this.store.prepared),
-    );
+    const params = this.store.guarded ? [limit, this.store.table, exclude] : [limit];
+    const claimed = this.run('claiming a batch', this.conn.unsafe<ClaimedRow[]>(this.store.claimText, params, this.store.prepared));
+    claimed.catch(() => undefined);
+    // if BEGIN failed, so did the claim behind it: the connection is the same
+    await this.opened;
+    const rows = await claimed;
+    if (!this.store.guarded) for (const r of rows) r.publishable = true;
+    const waiting = rows.filter((r) => !r.publishable);
     if (waiting.length === 0) return rows;
-    const gapOf = new Map(waiting.map((w) => [w.seq, w.first_gap]));
-    const gaps = [...new Set(gapOf.values())];
+    const gaps = [...new Set(waiting.map((r) => r.first_gap!))];
     const free = new Set((await this.run('checking held-back rows', this.conn.unsafe<{ seq: string }[]>(q.lockGapsSql(this.store.table), [gaps]))).map((r) => r.seq));
-    for (const r of rows) {
-      const gap = gapOf.get(r.seq);
-      if (gap === undefined) continue;
-      r.publishable = false;
-      r.first_gap = gap;
-      r.waitsOnForeignLock = !free.has(gap);
-    }
+    for (const r of waiting) r.waitsOnForeignLock = !free.has(r.first_gap!);
     return rows;
   }
 
-  async markSent(seqs: string[]): Promise<void> {
-    if (seqs.length) await this.run('marking rows sent', this.conn.unsafe(this.store.markText, [seqs], this.store.prepared));
-  }
-
-  async recordFailures(failures: Failure[]): Promise<void> {
-    if (!failures.length) return;
-    await this.run(
-      'recording failed attempts',
-      this.conn.unsafe(q.recordFailuresSql(this.store.table), [
-        failures.map((f) => f.seq),
-        failures.map((f) => f.error.slice(0, 2_000)),
-        failures.map((f) => Math.round(f.delayMs)),
-        failures.map((f) => (f.park ? 1 : 0)),
-      ]),
-    );
-  }
-
-  async commit(): Promise<void> {
-    try {
-      await this.run('committing the batch', this.conn`COMMIT`);
-      this.done = true;
-    } finally {
-      if (!this.done) await this.rollback();
-      else this.conn.release();
+  /**
+   * Mark the acked rows sent (or delete them), record the failed attempts and COMMIT, all sent at
+   * once down the connection: one round trip. If any statement fails, the transaction is aborted
+   * and the COMMIT only ends it, so a failure anywhere means nothing of the batch was recorded.
+   */
+  async settle(sent: string[], failures: Failure[]): Promise<void> {
+    await this.opened;
+    const statements: Promise<unknown>[] = [];
+    if (sent.length) statements.push(this.run('marking rows sent', this.conn.unsafe(this.store.markText, [sent], this.store.prepared)));
+    if (failures.length) {
+      statements.push(
+        this.run(
+          'recording failed attempts',
+          this.conn.unsafe(q.recordFailuresSql(this.store.table), [
+            failures.map((f) => f.seq),
+            failures.map((f) => f.error.slice(0, 2_000)),
+            failures.map((f) => Math.round(f.delayMs)),
+            failures.map((f) => (f.park ? 1 : 0)),
+          ]),
+        ),
+      );
     }
+    statements.push(this.run('committing the batch', this.conn`COMMIT`));
+    const results = await Promise.allSettled(statements);
+    const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) {
+      await this.rollback();
+      throw failed.reason;
+    }
+    this.done = true;
+    this.conn.release();
   }
 
   /** Never throws: a rollback that cannot reach the server is a rollback the server does itself. */
