@@ -44,7 +44,7 @@ const env = {
 };
 const run = Date.now().toString(36);
 const sql = postgres(env.DATABASE_URL, { max: 4, onnotice: () => undefined });
-const logger = createLogger('warn');
+const logger = createLogger((process.env.BENCH_LOG_LEVEL ?? 'warn') as 'warn');
 const kafka = new Kafka({ clientId: 'bench', brokers: env.KAFKA_BROKERS.split(','), logLevel: logLevel.NOTHING });
 const pad = 'x'.repeat(Math.max(0, PAYLOAD - 40));
 

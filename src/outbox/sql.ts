@@ -24,7 +24,7 @@ import type { ParkedPolicy } from '../config.ts';
  *    (aggregateid, seq)) and stop at the first that is not ours: that is the first gap, and our
  *    rows above it wait. The statement's snapshot may predate a mark another invocation
  *    committed while our scan ran; such a row only looks like a gap, so the error is always on
- *    the safe side (a row waits one batch longer), and lockGapsSql tells the two cases apart.
+ *    the safe side (a row waits one batch longer), and foreignGapsSql tells the cases apart.
  * Held-back rows stay locked by this transaction until it ends, so no one else can take them
  * out of order either. $3 lists aggregates the invocation already found held back: skipped.
  */
@@ -76,18 +76,26 @@ ORDER BY c.seq`;
 }
 
 /**
- * For held-back rows (a separate statement, so with a fresh snapshot): lock the rows they wait
- * for, where no one else holds them. A gap row we can lock was only outside our claim (another
- * relay held its aggregate when our scan passed it, had just marked it sent, or it committed
- * late): our following claim takes it or is no longer held back by it. A gap row we cannot lock
- * is held by a transaction that is not a relay's (relays hold the aggregate's lock, and we hold
- * that): it may stay held for long, so the invocation stops claiming that aggregate.
+ * For held-back rows, with a fresh snapshot (a separate statement): which of the rows they wait
+ * for are held by a transaction that is not a relay's? Those gap rows still exist, are still
+ * unsent, and cannot be locked (relays hold the aggregate's lock, and we hold that): they may
+ * stay held for long, so the invocation stops claiming their aggregates. Every other gap was
+ * only outside our claim (another relay held the aggregate when our scan passed it, or had just
+ * sent or deleted the row after our claim's snapshot, or it committed late): the rows waiting
+ * behind it are claimed again with the next batch. Gap rows we can lock stay locked by us, so
+ * no one else takes them out of order meanwhile.
  */
-export function lockGapsSql(t: string): string {
+export function foreignGapsSql(t: string): string {
   return `
-SELECT seq FROM ${t}
-WHERE seq = ANY ($1::bigint[])
-FOR UPDATE SKIP LOCKED`;
+WITH lockable AS (
+  SELECT seq FROM ${t}
+  WHERE seq = ANY ($1::bigint[])
+  FOR UPDATE SKIP LOCKED
+)
+SELECT o.seq FROM ${t} o
+WHERE o.seq = ANY ($1::bigint[])
+  AND o.sent_at IS NULL AND o.skipped_at IS NULL
+  AND NOT EXISTS (SELECT 1 FROM lockable l WHERE l.seq = o.seq)`;
 }
 
 /** A plain SKIP LOCKED claim without any order guard: only for the benchmark's comparison. */

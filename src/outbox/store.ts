@@ -133,8 +133,8 @@ export class BatchTx {
     const waiting = rows.filter((r) => !r.publishable);
     if (waiting.length === 0) return rows;
     const gaps = [...new Set(waiting.map((r) => r.first_gap!))];
-    const free = new Set((await this.run('checking held-back rows', this.conn.unsafe<{ seq: string }[]>(q.lockGapsSql(this.store.table), [gaps]))).map((r) => r.seq));
-    for (const r of waiting) r.waitsOnForeignLock = !free.has(r.first_gap!);
+    const foreign = new Set((await this.run('checking held-back rows', this.conn.unsafe<{ seq: string }[]>(q.foreignGapsSql(this.store.table), [gaps]))).map((r) => r.seq));
+    for (const r of waiting) r.waitsOnForeignLock = foreign.has(r.first_gap!);
     return rows;
   }
 

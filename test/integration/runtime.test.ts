@@ -7,6 +7,7 @@ import { enqueue } from '../../src/enqueue.ts';
 import { createLogger } from '../../src/log.ts';
 import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
 import { migrate } from '../../src/outbox/migrate.ts';
+import { foreignGapsSql } from '../../src/outbox/sql.ts';
 import { Runtime } from '../../src/runtime.ts';
 import { consumeAll, counts, createTopics, db, fixture, insertEvents, startCli, uniqueName } from './helpers.ts';
 
@@ -153,5 +154,47 @@ describe('OUTBOX_SENT_ROWS=delete', () => {
     assert.ok(left[0]!.attempts >= 1);
     const msgs = await consumeAll([f.topic('order')], 30);
     assert.deepEqual(new Set(msgs.map((m) => m.headers.id)), new Set(ids.slice(0, 30)));
+  });
+});
+
+describe('one invocation drains the table', () => {
+  for (const sentRows of ['keep', 'delete'] as const) {
+    it(`with OUTBOX_SENT_ROWS=${sentRows}, 20,000 rows over 1,000 aggregates in pipelined batches: all published, none left behind`, async () => {
+      const f = await fixture(sql, `drain${sentRows}`, ['order'], 6);
+      await insertEvents(sql, f.table, Array.from({ length: 20_000 }, (_, i) => ({ aggregateid: `agg-${(i * 7919) % 1000}`, payload: { i } })));
+      const rt = new Runtime(loadConfig({ ...f.env, OUTBOX_SENT_ROWS: sentRows, OUTBOX_BATCH_SIZE: '200', OUTBOX_LOG_LEVEL: 'warn' }), createLogger('warn'));
+      try {
+        // the next batch is claimed while the current one commits its marks: a row marked or
+        // deleted after the claim's snapshot must not be mistaken for a foreign lock
+        const s = await rt.invoke(120_000);
+        assert.equal(s.published, 20_000, JSON.stringify(s));
+        assert.equal(s.stoppedBecause, 'empty');
+      } finally {
+        await rt.close();
+      }
+      assert.equal((await counts(sql, f.table)).pending, 0);
+    });
+  }
+});
+
+describe('order guard: telling a foreign lock from a row that was only outside the claim', () => {
+  it('a gap row that is gone, sent or free is not foreign; one another transaction holds is', async () => {
+    const f = await fixture(sql, 'gaps');
+    const t = qualified(parseTableName(f.table));
+    const [gone, sent, free, held] = await insertEvents(sql, f.table, [{ aggregateid: 'a' }, { aggregateid: 'b' }, { aggregateid: 'c' }, { aggregateid: 'd' }]);
+    const seqOf = async (id: string) => (await sql.unsafe<{ seq: string }[]>(`SELECT seq FROM ${t} WHERE id = $1`, [id]))[0]!.seq;
+    const seqs = { gone: await seqOf(gone!), sent: await seqOf(sent!), free: await seqOf(free!), held: await seqOf(held!) };
+    await sql.unsafe(`DELETE FROM ${t} WHERE id = $1`, [gone!]);
+    await sql.unsafe(`UPDATE ${t} SET sent_at = now() WHERE id = $1`, [sent!]);
+    const locker = await sql.reserve();
+    try {
+      await locker`BEGIN`;
+      await locker.unsafe(`SELECT 1 FROM ${t} WHERE id = $1 FOR UPDATE`, [held!]);
+      const foreign = await sql.begin((tx) => tx.unsafe<{ seq: string }[]>(foreignGapsSql(t), [Object.values(seqs)]));
+      assert.deepEqual(foreign.map((r) => r.seq), [seqs.held]);
+    } finally {
+      await locker`ROLLBACK`;
+      locker.release();
+    }
   });
 });
