@@ -27,12 +27,14 @@ const { values } = parseArgs({
     payload: { type: 'string', default: process.env.BENCH_PAYLOAD_BYTES ?? '1000' },
     aggregates: { type: 'string', default: process.env.BENCH_AGGREGATES ?? '1000' },
     partitions: { type: 'string', default: '6' },
+    repeat: { type: 'string', default: process.env.BENCH_REPEAT ?? '3' },
   },
 });
 const N = Number(values.events);
 const BATCH = Number(values.batch);
 const PAYLOAD = Number(values.payload);
 const AGGREGATES = Number(values.aggregates);
+const REPEAT = Math.max(1, Number(values.repeat));
 
 const env = {
   DATABASE_URL: process.env.DATABASE_URL ?? 'postgres://outbox:outbox@127.0.0.1:5432/outbox',
@@ -42,7 +44,7 @@ const env = {
   OUTBOX_LOG_LEVEL: 'warn',
   OUTBOX_SAFETY_MARGIN_MS: '0',
 };
-const run = Date.now().toString(36);
+let run = Date.now().toString(36);
 const sql = postgres(env.DATABASE_URL, { max: 4, onnotice: () => undefined });
 const logger = createLogger((process.env.BENCH_LOG_LEVEL ?? 'warn') as 'warn');
 const kafka = new Kafka({ clientId: 'bench', brokers: env.KAFKA_BROKERS.split(','), logLevel: logLevel.NOTHING });
@@ -141,21 +143,41 @@ async function benchSql(guard: boolean, sentRows: 'keep' | 'delete' = 'keep'): P
   return result(`claim+mark SQL, ${guard ? 'order guard' : 'no guard'} (${sentRows})`, done, ms);
 }
 
+/** The median of the repetitions (each measurement runs REPEAT times, interleaved with the others). */
+function median(results: Result[]): Result & { min: number; max: number } {
+  const sorted = [...results].sort((a, b) => a.perSec - b.perSec);
+  const mid = sorted[Math.floor(sorted.length / 2)]!;
+  return { ...mid, min: sorted[0]!.perSec, max: sorted[sorted.length - 1]!.perSec };
+}
+
 async function main(): Promise<void> {
-  process.stderr.write(`bench: ${N} events, ~${PAYLOAD}-byte payloads, batch ${BATCH}, ${AGGREGATES} aggregates\n`);
-  const producer = await benchProducer();
-  const sqlGuarded = await benchSql(true);
-  const sqlPlain = await benchSql(false);
-  const relay = await benchRelay('keep');
-  const sqlDelete = await benchSql(true, 'delete');
-  const relayDelete = await benchRelay('delete');
+  process.stderr.write(`bench: ${N} events, ~${PAYLOAD}-byte payloads, batch ${BATCH}, ${AGGREGATES} aggregates, ${REPEAT} repetitions (medians)\n`);
+  const phases: Array<[string, () => Promise<Result>]> = [
+    ['producer', benchProducer],
+    ['sqlGuarded', () => benchSql(true)],
+    ['sqlPlain', () => benchSql(false)],
+    ['relay', () => benchRelay('keep')],
+    ['sqlDelete', () => benchSql(true, 'delete')],
+    ['relayDelete', () => benchRelay('delete')],
+  ];
+  const all = new Map<string, Result[]>(phases.map(([k]) => [k, []]));
+  for (let i = 0; i < REPEAT; i++) {
+    run = `${Date.now().toString(36)}r${i}`;
+    for (const [key, phase] of phases) {
+      const r = await phase();
+      all.get(key)!.push(r);
+      process.stderr.write(`  run ${i + 1}/${REPEAT} ${r.name}: ${r.perSec} events/s\n`);
+    }
+  }
+  const m = (k: string) => median(all.get(k)!);
+  const [producer, sqlGuarded, sqlPlain, relay, sqlDelete, relayDelete] = ['producer', 'sqlGuarded', 'sqlPlain', 'relay', 'sqlDelete', 'relayDelete'].map(m) as [ReturnType<typeof m>, ReturnType<typeof m>, ReturnType<typeof m>, ReturnType<typeof m>, ReturnType<typeof m>, ReturnType<typeof m>];
   const rows = [relay, producer, sqlGuarded, sqlPlain, relayDelete, sqlDelete];
   const ceiling = Math.min(producer.perSec, sqlGuarded.perSec);
   const ratio = relay.perSec / ceiling;
   const ratioDelete = relayDelete.perSec / Math.min(producer.perSec, sqlDelete.perSec);
   const guardCost = 1 - sqlGuarded.perSec / sqlPlain.perSec;
-  console.log(`\n${'measurement'.padEnd(44)} ${'events'.padStart(8)} ${'seconds'.padStart(8)} ${'events/s'.padStart(10)}`);
-  for (const r of rows) console.log(`${r.name.padEnd(44)} ${String(r.events).padStart(8)} ${(r.ms / 1000).toFixed(2).padStart(8)} ${String(r.perSec).padStart(10)}`);
+  console.log(`\n${'measurement (median of ' + REPEAT + ')'}`.padEnd(45) + `${'events'.padStart(8)} ${'seconds'.padStart(8)} ${'events/s'.padStart(10)}   range`);
+  for (const r of rows) console.log(`${r.name.padEnd(44)} ${String(r.events).padStart(8)} ${(r.ms / 1000).toFixed(2).padStart(8)} ${String(r.perSec).padStart(10)}   ${r.min}-${r.max}`);
   console.log(`\nkeep (default): ceiling = min(producer, guarded SQL) = ${ceiling} events/s; relay / ceiling = ${ratio.toFixed(2)}`);
   console.log(`delete: ceiling = ${Math.min(producer.perSec, sqlDelete.perSec)} events/s; relay / ceiling = ${ratioDelete.toFixed(2)}`);
   console.log(`the order guard costs ${(guardCost * 100).toFixed(1)}% of the unguarded claim+mark rate\n`);
