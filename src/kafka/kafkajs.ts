@@ -6,7 +6,7 @@ import type { Deadline } from '../budget.ts';
 import type { Config } from '../config.ts';
 import { DeadlineExceededError } from '../errors.ts';
 import type { Logger } from '../log.ts';
-import { classifySendError, isSaslAuthError } from './classify.ts';
+import { classifySendError, isSaslAuthError, type SendFailure } from './classify.ts';
 import type { OutboundMessage } from './message.ts';
 import type { PublishOutcome, Publisher } from './publisher.ts';
 
@@ -144,11 +144,7 @@ export class KafkajsPublisher implements Publisher {
       return;
     } catch (err) {
       const failure = classifySendError(err, topic);
-      if (failure.scope === 'broker') {
-        if (err instanceof DeadlineExceededError) this.broken = true;
-        outcome.unavailable ??= failure.error;
-        return;
-      }
+      if (this.brokerDown(err, failure, outcome)) return;
       if (failure.scope === 'topic' || group.length === 1) {
         for (const m of group) outcome.rejected.push({ seq: m.seq, error: failure.error });
         return;
@@ -165,15 +161,19 @@ export class KafkajsPublisher implements Publisher {
         outcome.acked.push(m.seq);
       } catch (err) {
         const failure = classifySendError(err, topic);
-        if (failure.scope === 'broker') {
-          if (err instanceof DeadlineExceededError) this.broken = true;
-          outcome.unavailable ??= failure.error;
-          return;
-        }
+        if (this.brokerDown(err, failure, outcome)) return;
         outcome.rejected.push({ seq: m.seq, error: failure.error });
         blockedKeys.add(m.key);
       }
     }
+  }
+
+  /** A broker-wide failure stops this topic's sends; a send abandoned at the deadline leaves the producer in an unknown state. */
+  private brokerDown(err: unknown, failure: SendFailure, outcome: PublishOutcome): failure is Extract<SendFailure, { scope: 'broker' }> {
+    if (failure.scope !== 'broker') return false;
+    if (err instanceof DeadlineExceededError) this.broken = true;
+    outcome.unavailable ??= failure.error;
+    return true;
   }
 
   private send(producer: Producer, topic: string, group: OutboundMessage[], deadline: Deadline): Promise<unknown> {
