@@ -141,16 +141,14 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
   } catch (err) {
     await current?.tx.rollback();
     await discard(next);
-    if (err instanceof DeadlineExceededError) {
-      summary.stoppedBecause = 'budget';
-      summary.error = err.message;
-    } else if (err instanceof DatabaseError) {
-      summary.stoppedBecause = 'database-error';
-      summary.error = err.message;
-      throw Object.assign(err, { summary: finish(summary, started, 'database-error') });
-    } else {
-      throw err;
-    }
+    // Only database statements can lose the race with the deadline here (sends report through
+    // the outcome): a database that does not answer within the whole budget is hung, and fails
+    // the invocation like a broker that is down, so it shows in Lambda's Errors metric.
+    const failure =
+      err instanceof DeadlineExceededError ? new DatabaseError(`the database did not answer in time: ${err.message}`, { cause: err }) : err;
+    if (!(failure instanceof DatabaseError)) throw failure;
+    summary.error = failure.message;
+    throw Object.assign(failure, { summary: finish(summary, started, 'database-error') });
   }
 
   if (config.retainSentMs > 0 && deadline.fits(timer.expected()) && summary.stoppedBecause !== 'broker-unavailable') {

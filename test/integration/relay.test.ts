@@ -268,6 +268,10 @@ describe('G5: the budget holds when the database hangs', () => {
     const summary = res.summary as { durationMs: number; stoppedBecause: string; published: number };
     assert.ok(summary, res.stderr.slice(-2_000));
     assert.ok(summary.durationMs < 6_500, `returned after ${summary.durationMs} ms; deadline 8000 - 2000 margin`);
+    // a hung database fails the invocation (Lambda's Errors metric), naming the database
+    assert.notEqual(res.code, 0);
+    assert.equal(summary.stoppedBecause, 'database-error');
+    assert.match(res.stderr, /the database did not answer in time/);
     assert.ok(res.durationMs < 8_000 + 3_000 + 2_000, `the process exited after ${res.durationMs} ms`);
     // every row marked sent is on Kafka (G1), and the next invocation delivers the rest
     const next = await runCli(['invoke', '--timeout', '60000'], { ...env, OUTBOX_BATCH_SIZE: '500' });
