@@ -5,6 +5,8 @@
 // for the default OUTBOX_SENT_ROWS=keep (rows marked sent), and relay and sql again with
 // OUTBOX_SENT_ROWS=delete. ratio = relay / min(producer, sql guarded). Prints a table, then one
 // JSON line.
+import { writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector/promises';
 import { parseArgs } from 'node:util';
 import kafkajs from 'kafkajs';
 import postgres from 'postgres';
@@ -17,6 +19,7 @@ import { parseTableName, qualified } from '../src/outbox/identifier.ts';
 import { migrate } from '../src/outbox/migrate.ts';
 import { OutboxStore } from '../src/outbox/store.ts';
 import { runInvocation } from '../src/relay.ts';
+import { CpuMeter, type CpuSample } from './cpu.ts';
 
 const { Kafka, logLevel, Partitioners } = kafkajs;
 
@@ -28,6 +31,8 @@ const { values } = parseArgs({
     aggregates: { type: 'string', default: process.env.BENCH_AGGREGATES ?? '1000' },
     partitions: { type: 'string', default: '6' },
     repeat: { type: 'string', default: process.env.BENCH_REPEAT ?? '3' },
+    // comma-separated subset of the measurements, e.g. --only relay,producer (for profiling)
+    only: { type: 'string' },
   },
 });
 const N = Number(values.events);
@@ -83,8 +88,39 @@ interface Result {
   events: number;
   ms: number;
   perSec: number;
+  /** CPU seconds per party during the measurement */
+  cpu?: CpuSample;
 }
-const result = (name: string, events: number, ms: number): Result => ({ name, events, ms, perSec: Math.round((events / ms) * 1000) });
+const meter = new CpuMeter(new URL('../.cache/run', import.meta.url).pathname);
+let cpuStart: CpuSample | undefined;
+// BENCH_CPU_PROFILE=dir writes a V8 CPU profile of each measurement (only the timed part) there
+const profileDir = process.env.BENCH_CPU_PROFILE;
+let profiler: Session | undefined;
+
+/** starts a measurement's clock and CPU counters */
+async function startClock(): Promise<number> {
+  if (profileDir) {
+    profiler = new Session();
+    profiler.connect();
+    await profiler.post('Profiler.enable');
+    await profiler.post('Profiler.start');
+  }
+  cpuStart = meter.available ? meter.sample() : undefined;
+  return performance.now();
+}
+async function result(name: string, events: number, start: number): Promise<Result> {
+  const ms = performance.now() - start;
+  const cpu = cpuStart ? CpuMeter.diff(cpuStart, meter.sample()) : undefined;
+  if (profiler) {
+    const { profile } = await profiler.post('Profiler.stop');
+    const file = `${profileDir}/${run}-${name.replace(/[^a-z0-9]+/gi, '-')}.cpuprofile`;
+    writeFileSync(file, JSON.stringify(profile));
+    profiler.disconnect();
+    profiler = undefined;
+    process.stderr.write(`  profile: ${file}\n`);
+  }
+  return { name, events, ms, perSec: Math.round((events / ms) * 1000), cpu };
+}
 
 async function benchRelay(sentRows: 'keep' | 'delete'): Promise<Result> {
   const { table, template } = await prepare(`relay${sentRows}`);
@@ -94,13 +130,13 @@ async function benchRelay(sentRows: 'keep' | 'delete'): Promise<Result> {
   // warm the producer and the topic metadata, as a warm Lambda container would be
   await publisher.publish([], new Deadline(Date.now() + 10_000));
   await publisher.maxMessageBytes(template, new Deadline(Date.now() + 10_000));
-  const start = performance.now();
+  const start = await startClock();
   const summary = await runInvocation({ store, publisher, config: config.outbox, logger }, new Deadline(Date.now() + 600_000));
-  const ms = performance.now() - start;
+  const r = await result(`relay, one invocation (${sentRows})`, summary.published, start);
   await publisher.close();
   if (summary.published !== N) throw new Error(`relay published ${summary.published} of ${N}: ${JSON.stringify(summary)}`);
   await drop(table);
-  return result(`relay, one invocation (${sentRows})`, summary.published, ms);
+  return r;
 }
 
 async function benchProducer(): Promise<Result> {
@@ -112,14 +148,14 @@ async function benchProducer(): Promise<Result> {
   const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, createPartitioner: Partitioners.DefaultPartitioner, allowAutoTopicCreation: false });
   await producer.connect();
   await producer.send({ topic, acks: -1, messages: [{ key: 'warmup', value: '{}' }] });
-  const start = performance.now();
+  const start = await startClock();
   for (let i = 0; i < messages.length; i += BATCH) {
     await producer.send({ topic, acks: -1, messages: messages.slice(i, i + BATCH).map((m) => ({ key: m.key, value: m.value, headers: m.headers })) });
   }
-  const ms = performance.now() - start;
+  const r = await result('kafkajs producer alone', messages.length, start);
   await producer.disconnect();
   await drop(table);
-  return result('kafkajs producer alone', messages.length, ms);
+  return r;
 }
 
 async function benchSql(guard: boolean, sentRows: 'keep' | 'delete' = 'keep'): Promise<Result> {
@@ -128,7 +164,7 @@ async function benchSql(guard: boolean, sentRows: 'keep' | 'delete' = 'keep'): P
   const store = new OutboxStore(sql, config.outbox.table, config.outbox.parkedPolicy, { guard, sentRows });
   const deadline = new Deadline(Date.now() + 600_000);
   let done = 0;
-  const start = performance.now();
+  const start = await startClock();
   for (;;) {
     const tx = await store.begin(deadline);
     const rows = await tx.claim(BATCH);
@@ -137,10 +173,18 @@ async function benchSql(guard: boolean, sentRows: 'keep' | 'delete' = 'keep'): P
     done += ok.length;
     if (rows.length < BATCH) break;
   }
-  const ms = performance.now() - start;
+  const r = await result(`claim+mark SQL, ${guard ? 'order guard' : 'no guard'} (${sentRows})`, done, start);
   if (done !== N) throw new Error(`sql loop marked ${done} of ${N}`);
   await drop(table);
-  return result(`claim+mark SQL, ${guard ? 'order guard' : 'no guard'} (${sentRows})`, done, ms);
+  return r;
+}
+
+/** CPU milliseconds per 1,000 events: node / postgres / broker, and the cores busy on average */
+function cpuText(r: Result): string {
+  if (!r.cpu) return '';
+  const per = (s: number) => ((s * 1e6) / r.events).toFixed(0).padStart(4);
+  const cores = (r.cpu.node + r.cpu.postgres + r.cpu.broker) / (r.ms / 1000);
+  return `${per(r.cpu.node)} ${per(r.cpu.postgres)} ${per(r.cpu.broker)}   ${cores.toFixed(2)}`;
 }
 
 /** The median of the repetitions (each measurement runs REPEAT times, interleaved with the others). */
@@ -160,15 +204,20 @@ async function main(): Promise<void> {
     ['sqlDelete', () => benchSql(true, 'delete')],
     ['relayDelete', () => benchRelay('delete')],
   ];
+  const only = values.only?.split(',').map((s) => s.trim());
+  const unknown = only?.filter((k) => !phases.some(([key]) => key === k));
+  if (unknown?.length) throw new Error(`--only: unknown measurement ${unknown.join(', ')}; choose from ${phases.map(([k]) => k).join(', ')}`);
   const all = new Map<string, Result[]>(phases.map(([k]) => [k, []]));
   for (let i = 0; i < REPEAT; i++) {
     run = `${Date.now().toString(36)}r${i}`;
     for (const [key, phase] of phases) {
+      if (only && !only.includes(key)) continue;
       const r = await phase();
       all.get(key)!.push(r);
-      process.stderr.write(`  run ${i + 1}/${REPEAT} ${r.name}: ${r.perSec} events/s\n`);
+      process.stderr.write(`  run ${i + 1}/${REPEAT} ${r.name}: ${r.perSec} events/s${r.cpu ? `  cpu ${cpuText(r)}` : ''}\n`);
     }
   }
+  if (only) return;
   const m = (k: string) => median(all.get(k)!);
   const [producer, sqlGuarded, sqlPlain, relay, sqlDelete, relayDelete] = ['producer', 'sqlGuarded', 'sqlPlain', 'relay', 'sqlDelete', 'relayDelete'].map(m) as [ReturnType<typeof m>, ReturnType<typeof m>, ReturnType<typeof m>, ReturnType<typeof m>, ReturnType<typeof m>, ReturnType<typeof m>];
   const rows = [relay, producer, sqlGuarded, sqlPlain, relayDelete, sqlDelete];
@@ -176,8 +225,12 @@ async function main(): Promise<void> {
   const ratio = relay.perSec / ceiling;
   const ratioDelete = relayDelete.perSec / Math.min(producer.perSec, sqlDelete.perSec);
   const guardCost = 1 - sqlGuarded.perSec / sqlPlain.perSec;
-  console.log(`\n${'measurement (median of ' + REPEAT + ')'}`.padEnd(45) + `${'events'.padStart(8)} ${'seconds'.padStart(8)} ${'events/s'.padStart(10)}   range`);
-  for (const r of rows) console.log(`${r.name.padEnd(44)} ${String(r.events).padStart(8)} ${(r.ms / 1000).toFixed(2).padStart(8)} ${String(r.perSec).padStart(10)}   ${r.min}-${r.max}`);
+  const cpuHead = meter.available ? `   cpu ms/1k events: node   pg  broker  cores busy` : '';
+  console.log(`\n${'measurement (median of ' + REPEAT + ')'}`.padEnd(45) + `${'events'.padStart(8)} ${'seconds'.padStart(8)} ${'events/s'.padStart(10)}   ${'range'.padEnd(11)}${cpuHead}`);
+  for (const r of rows) {
+    const cpu = r.cpu ? `${' '.repeat(17)}${cpuText(r)}` : '';
+    console.log(`${r.name.padEnd(44)} ${String(r.events).padStart(8)} ${(r.ms / 1000).toFixed(2).padStart(8)} ${String(r.perSec).padStart(10)}   ${`${r.min}-${r.max}`.padEnd(11)}${cpu}`);
+  }
   console.log(`\nkeep (default): ceiling = min(producer, guarded SQL) = ${ceiling} events/s; relay / ceiling = ${ratio.toFixed(2)}`);
   console.log(`delete: ceiling = ${Math.min(producer.perSec, sqlDelete.perSec)} events/s; relay / ceiling = ${ratioDelete.toFixed(2)}`);
   console.log(`the order guard costs ${(guardCost * 100).toFixed(1)}% of the unguarded claim+mark rate\n`);

@@ -103,7 +103,7 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
 
       // Sends give up a little before the deadline, so the acks that did arrive (other topics of
       // the batch) can still be committed instead of being re-sent by the next invocation.
-      const outcome = await publishBatch(deps, publishable, deadline.minus(Math.min(MARK_RESERVE_MS, deadline.remaining() / 4)));
+      const outcome = await publishBatch(deps, publishable, deadline.minus(Math.min(MARK_RESERVE_MS, deadline.remaining() / 4)), (seqs) => batch.tx.premark(seqs));
       if (deps.pauseAfterPublishMs && outcome.acked.length) {
         logger.warn('test hook: pausing after publish, before marks commit', { pauseMs: deps.pauseAfterPublishMs, acked: outcome.acked.length });
         await new Promise((r) => setTimeout(r, deps.pauseAfterPublishMs));
@@ -190,7 +190,12 @@ async function discard(pending: Promise<Batch> | undefined): Promise<void> {
 }
 
 /** Map rows to messages, park what can never be sent, publish the rest. */
-async function publishBatch(deps: RelayDeps, rows: ClaimedRow[], deadline: Deadline): Promise<PublishOutcome & { seqToRow: Map<string, ClaimedRow> }> {
+async function publishBatch(
+  deps: RelayDeps,
+  rows: ClaimedRow[],
+  deadline: Deadline,
+  beforeSend: (seqs: string[]) => void,
+): Promise<PublishOutcome & { seqToRow: Map<string, ClaimedRow> }> {
   const seqToRow = new Map(rows.map((r) => [r.seq, r]));
   const rejected: PublishOutcome['rejected'] = [];
   const messages: OutboundMessage[] = [];
@@ -234,6 +239,7 @@ async function publishBatch(deps: RelayDeps, rows: ClaimedRow[], deadline: Deadl
       blocked.add(row.aggregateid);
     }
   }
+  beforeSend(messages.map((m) => m.seq));
   const outcome = await deps.publisher.publish(messages, deadline);
   return { ...outcome, rejected: [...rejected, ...outcome.rejected], seqToRow };
 }

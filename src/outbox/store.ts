@@ -139,13 +139,44 @@ export class BatchTx {
   }
 
   /**
+   * Write the marks of the rows about to be sent while they are on their way to the broker, behind
+   * a savepoint and uncommitted: the UPDATE's work (a new row version and its index entries per
+   * row) then overlaps the send instead of following the ack, and settle() has only to COMMIT.
+   * Nothing is visible to anyone before that COMMIT, which settle() sends only after the acks
+   * (G1); a crash rolls the marks back with the transaction. If not every row is acked, settle()
+   * returns to the savepoint and marks exactly the acked ones.
+   */
+  premark(seqs: string[]): void {
+    if (seqs.length === 0 || this.store.connectionLost) return;
+    const seqSet = new Set(seqs);
+    const statements = [this.run('opening the premark savepoint', this.conn`SAVEPOINT premark`), this.run('marking rows sent', this.conn.unsafe(this.store.markText, [seqs], this.store.prepared))];
+    // settled here so a failure is never unhandled; settle() looks at the outcome
+    const written = Promise.all([this.opened, ...statements]).then(
+      () => true,
+      () => false,
+    );
+    this.premarked = { seqs: seqSet, written };
+  }
+
+  private premarked?: { seqs: Set<string>; written: Promise<boolean> };
+
+  /**
    * Mark the acked rows sent (or delete them), record the failed attempts and COMMIT, all sent at
    * once down the connection: one round trip. If any statement fails, the transaction is aborted
    * and the COMMIT only ends it, so a failure anywhere means nothing of the batch was recorded.
+   * With premarked rows (the usual case) and every one of them acked, only the COMMIT is left.
    */
   async settle(sent: string[], failures: Failure[]): Promise<void> {
     await this.opened;
     const statements: Promise<unknown>[] = [];
+    const pre = this.premarked;
+    this.premarked = undefined;
+    if (pre) {
+      const exact = (await pre.written) && failures.length === 0 && sent.length === pre.seqs.size && sent.every((s) => pre.seqs.has(s));
+      if (exact) sent = [];
+      // a failed premark left the transaction aborted; the savepoint brings it back
+      else statements.push(this.run('undoing the premarks', this.conn`ROLLBACK TO SAVEPOINT premark`));
+    }
     if (sent.length) statements.push(this.run('marking rows sent', this.conn.unsafe(this.store.markText, [sent], this.store.prepared)));
     if (failures.length) {
       statements.push(

@@ -79,6 +79,9 @@ describe('G1/G2: a crash between the broker ack and the mark', () => {
     const env = { ...f.env, OUTBOX_BATCH_SIZE: '100', OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS: '60000' };
     const running = startCli(['invoke', '--timeout', '60000'], env);
     await running.waitForStderr('test hook: pausing after publish');
+    // acked, and its marks already written (premarked while the batch was on its way), but not
+    // committed: to every other session the batch is still pending (G1)
+    assert.equal((await counts(sql, f.table)).sent, 0, 'uncommitted marks are visible to no one');
     running.child.kill('SIGKILL');
     const killed = await running.result;
     assert.equal(killed.signal, 'SIGKILL');

@@ -1,0 +1,71 @@
+// CPU seconds spent by each party of a measurement, read from /proc (Linux only; elsewhere the
+// bench simply prints no CPU columns). On a small machine the three processes — Node, Postgres and
+// the broker — share the cores, so where the CPU goes explains a ratio better than wall time.
+import { readFileSync, readdirSync } from 'node:fs';
+
+export interface CpuSample {
+  node: number;
+  postgres: number;
+  broker: number;
+}
+
+const TICKS = 100; // USER_HZ on Linux
+
+function stat(pid: number): string[] | undefined {
+  try {
+    const s = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // the command name may contain spaces; fields start after its closing parenthesis
+    return s.slice(s.lastIndexOf(')') + 2).split(' ');
+  } catch {
+    return undefined;
+  }
+}
+
+/** utime+stime (+ reaped children's, for the postmaster whose backends come and go), seconds */
+function cpuOf(pid: number, children: boolean): number {
+  const f = stat(pid);
+  if (!f) return 0;
+  // after the name: state(0) ppid(1) … utime(11) stime(12) cutime(13) cstime(14)
+  const own = Number(f[11]) + Number(f[12]);
+  return (children ? own + Number(f[13]) + Number(f[14]) : own) / TICKS;
+}
+
+function readPid(file: string): number | undefined {
+  try {
+    const pid = Number(readFileSync(file, 'utf8').trim());
+    return Number.isInteger(pid) && pid > 0 ? pid : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+export class CpuMeter {
+  private readonly postmaster?: number;
+  private readonly broker?: number;
+  readonly available: boolean;
+
+  constructor(runDir: string) {
+    this.postmaster = readPid(`${runDir}/postgres.pid`);
+    this.broker = readPid(`${runDir}/kafka.pid`);
+    this.available = process.platform === 'linux' && this.postmaster !== undefined && this.broker !== undefined;
+  }
+
+  sample(): CpuSample {
+    const u = process.cpuUsage();
+    let pg = 0;
+    if (this.postmaster !== undefined) {
+      pg = cpuOf(this.postmaster, true);
+      for (const e of readdirSync('/proc')) {
+        const pid = Number(e);
+        if (!Number.isInteger(pid) || pid === this.postmaster) continue;
+        const f = stat(pid);
+        if (f && Number(f[1]) === this.postmaster) pg += (Number(f[11]) + Number(f[12])) / TICKS;
+      }
+    }
+    return { node: (u.user + u.system) / 1e6, postgres: pg, broker: this.broker === undefined ? 0 : cpuOf(this.broker, false) };
+  }
+
+  static diff(a: CpuSample, b: CpuSample): CpuSample {
+    return { node: b.node - a.node, postgres: b.postgres - a.postgres, broker: b.broker - a.broker };
+  }
+}
