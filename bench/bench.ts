@@ -90,6 +90,7 @@ interface Result {
   perSec: number;
   /** CPU seconds per party during the measurement */
   cpu?: CpuSample;
+  note?: string;
 }
 const meter = new CpuMeter(new URL('../.cache/run', import.meta.url).pathname);
 let cpuStart: CpuSample | undefined;
@@ -133,6 +134,8 @@ async function benchRelay(sentRows: 'keep' | 'delete'): Promise<Result> {
   const start = await startClock();
   const summary = await runInvocation({ store, publisher, config: config.outbox, logger }, new Deadline(Date.now() + 600_000));
   const r = await result(`relay, one invocation (${sentRows})`, summary.published, start);
+  const per = (ms: number) => (ms / summary.batches).toFixed(1);
+  r.note = `${summary.batches} batches; per batch waited: claim ${per(summary.waitedMs.claim)} ms, publish ${per(summary.waitedMs.publish)} ms, settle ${per(summary.waitedMs.settle)} ms`;
   await publisher.close();
   if (summary.published !== N) throw new Error(`relay published ${summary.published} of ${N}: ${JSON.stringify(summary)}`);
   await drop(table);
@@ -214,7 +217,7 @@ async function main(): Promise<void> {
       if (only && !only.includes(key)) continue;
       const r = await phase();
       all.get(key)!.push(r);
-      process.stderr.write(`  run ${i + 1}/${REPEAT} ${r.name}: ${r.perSec} events/s${r.cpu ? `  cpu ${cpuText(r)}` : ''}\n`);
+      process.stderr.write(`  run ${i + 1}/${REPEAT} ${r.name}: ${r.perSec} events/s${r.cpu ? `  cpu ${cpuText(r)}` : ''}${r.note ? `\n      ${r.note}` : ''}\n`);
     }
   }
   if (only) return;

@@ -3,6 +3,7 @@
 // the broker, so the database and Kafka work at the same time; the current batch's marks are
 // committed before the next batch is published, so a crash re-sends at most one batch (G2).
 import { BatchTimer, type Deadline } from './budget.ts';
+import { socketsFlushed } from './event-loop.ts';
 import { backoffMs, shouldPark } from './backoff.ts';
 import type { Config } from './config.ts';
 import { DatabaseError, DeadlineExceededError, MessageRejectedError, RelayError, describe } from './errors.ts';
@@ -29,6 +30,11 @@ export interface Summary {
   batches: number;
   pruned: number;
   durationMs: number;
+  /**
+   * where the loop's time went, ms: waiting for claims (not hidden behind a publish), publishing
+   * (encode, send, acks) and settling (the marks' COMMIT). For tuning; their sum is ~durationMs.
+   */
+  waitedMs: { claim: number; publish: number; settle: number };
   stoppedBecause: StopReason;
   error?: string;
 }
@@ -56,17 +62,34 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
   const started = Date.now();
   const { store, config, logger } = deps;
   const timer = new BatchTimer();
-  const summary: Summary = { claimed: 0, published: 0, retried: 0, parked: 0, heldBack: 0, batches: 0, pruned: 0, durationMs: 0, stoppedBecause: 'budget' };
+  const summary: Summary = { claimed: 0, published: 0, retried: 0, parked: 0, heldBack: 0, batches: 0, pruned: 0, durationMs: 0, waitedMs: { claim: 0, publish: 0, settle: 0 }, stoppedBecause: 'budget' };
+  const waited = summary.waitedMs;
+  /** awaits p, adding the time to waitedMs[what] */
+  const timed = async <T>(what: keyof Summary['waitedMs'], p: Promise<T>): Promise<T> => {
+    const t0 = performance.now();
+    try {
+      return await p;
+    } finally {
+      waited[what] += performance.now() - t0;
+    }
+  };
 
   let current: Batch | undefined;
   let next: Promise<Batch> | undefined;
+  // the last batch's COMMIT, written to the database but not yet answered (see settle)
+  let committing: Promise<void> | undefined;
+  const previousCommit = (): Promise<void> => {
+    const c = committing;
+    committing = undefined;
+    return c ?? Promise.resolve();
+  };
   // Aggregates found waiting behind a row this invocation cannot take (held by a transaction
   // that is not a relay's): left out of this invocation's later claims so their rows do not
   // crowd every batch; the next invocation looks at them again.
   const stuck = new Set<string>();
   try {
     if (!deadline.fits(timer.expected())) return finish(summary, started, 'budget');
-    current = await claim(deps, deadline, stuck);
+    current = await timed('claim', claim(deps, deadline, stuck));
     while (current) {
       const batch: Batch = current;
       current = undefined;
@@ -88,7 +111,9 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
         // with them) or behind foreign locks (those aggregates are now excluded). Claim again.
         await batch.tx.rollback();
         if (!deadline.fits(timer.expected())) break;
-        current = await claim(deps, deadline, stuck);
+        // rows may wait behind the last batch: claim again once its COMMIT has landed
+        await timed('settle', previousCommit());
+        current = await timed('claim', claim(deps, deadline, stuck));
         continue;
       }
       summary.claimed += publishable.length;
@@ -100,15 +125,23 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
       next = full && deadline.fits(timer.expected() * 2) ? claim(deps, deadline, stuck) : undefined;
       // awaited below; this only keeps an early rejection from counting as unhandled meanwhile
       next?.catch(() => undefined);
+      // let the claim reach the database before the publish below holds the event loop for the
+      // tens of milliseconds kafkajs takes to encode the batch; else the loop waits for it later
+      if (next) await socketsFlushed();
 
       // Sends give up a little before the deadline, so the acks that did arrive (other topics of
       // the batch) can still be committed instead of being re-sent by the next invocation.
-      const outcome = await publishBatch(deps, publishable, deadline.minus(Math.min(MARK_RESERVE_MS, deadline.remaining() / 4)), (seqs) => batch.tx.premark(seqs));
+      const outcome = await timed('publish', publishBatch(deps, publishable, deadline.minus(Math.min(MARK_RESERVE_MS, deadline.remaining() / 4)), (seqs) => batch.tx.premark(seqs)));
       if (deps.pauseAfterPublishMs && outcome.acked.length) {
+        // (the previous batch's COMMIT is on the wire, its answer not yet read: a kill here is
+        // the crash that G2's second test needs)
         logger.warn('test hook: pausing after publish, before marks commit', { pauseMs: deps.pauseAfterPublishMs, acked: outcome.acked.length });
         await new Promise((r) => setTimeout(r, deps.pauseAfterPublishMs));
       }
-      await settle(deps, batch, outcome, summary);
+      // the previous batch's COMMIT went out before this publish began; it has answered by now
+      await timed('settle', previousCommit());
+      committing = (await timed('settle', settle(deps, batch, outcome, summary)))?.committed;
+      committing?.catch(() => undefined);
       timer.record(Date.now() - batch.startedAt);
 
       const pending: Promise<Batch> | undefined = next;
@@ -127,20 +160,23 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
         summary.stoppedBecause = 'budget';
         break;
       }
-      let following = pending ? await pending : undefined;
+      let following = pending ? await timed('claim', pending) : undefined;
       if (!following || following.rows.length === 0) {
         // No early claim (this batch was short), or it found nothing, possibly only because
         // this batch's transaction still held its aggregates or another invocation held rows
         // it has committed since. Claim once more; only an empty claim ends the invocation, so
         // the last invocation to commit always looks again (no rows are left behind).
         await following?.tx.rollback();
-        following = await claim(deps, deadline, stuck);
+        await timed('settle', previousCommit());
+        following = await timed('claim', claim(deps, deadline, stuck));
       }
       current = following;
     }
+    await timed('settle', previousCommit());
   } catch (err) {
     await current?.tx.rollback();
     await discard(next);
+    await committing?.catch(() => undefined);
     // Only database statements can lose the race with the deadline here (sends report through
     // the outcome): a database that does not answer within the whole budget is hung, and fails
     // the invocation like a broker that is down, so it shows in Lambda's Errors metric.
@@ -164,6 +200,7 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
 function finish(summary: Summary, started: number, reason: StopReason): Summary {
   summary.stoppedBecause = reason;
   summary.durationMs = Date.now() - started;
+  for (const k of Object.keys(summary.waitedMs) as (keyof Summary['waitedMs'])[]) summary.waitedMs[k] = Math.round(summary.waitedMs[k]);
   return summary;
 }
 
@@ -244,8 +281,22 @@ async function publishBatch(
   return { ...outcome, rejected: [...rejected, ...outcome.rejected], seqToRow };
 }
 
-/** Mark acked rows sent, charge rejected rows an attempt (or park them), commit. */
-async function settle(deps: RelayDeps, batch: Batch, outcome: PublishOutcome & { seqToRow: Map<string, ClaimedRow> }, summary: Summary): Promise<void> {
+/**
+ * Mark acked rows sent, charge rejected rows an attempt (or park them), commit.
+ *
+ * Usually every row of the batch was acked and its marks were written during the send (premark),
+ * so only the COMMIT is left: it is written to the database and the loop goes on without waiting
+ * for the answer, which comes back while the next batch is published. That keeps G2: the COMMIT
+ * is on the wire before the next batch's first byte goes to Kafka, so a crash re-sends at most the
+ * batch in flight; the database commits what it received even if we died just after sending it.
+ * Returns the pending COMMIT's outcome in that case (a failure rejects it), else undefined.
+ */
+async function settle(
+  deps: RelayDeps,
+  batch: Batch,
+  outcome: PublishOutcome & { seqToRow: Map<string, ClaimedRow> },
+  summary: Summary,
+): Promise<{ committed: Promise<void> } | undefined> {
   const random = deps.random ?? Math.random;
   const failures: Failure[] = outcome.rejected.map(({ seq, error }) => {
     const attempt = (outcome.seqToRow.get(seq)?.attempts ?? 0) + 1;
@@ -257,20 +308,34 @@ async function settle(deps: RelayDeps, batch: Batch, outcome: PublishOutcome & {
     // back. A COMMIT here would find the deadline spent and fail, and the invocation would then
     // blame "committing the batch" instead of the broker.
     await batch.tx.rollback();
-    return;
+    return undefined;
   }
+  const failed = (err: unknown): Error => {
+    // acked but not marked: these rows will be sent again (at-least-once), with the same ids
+    deps.logger.error('could not commit the batch marks; its rows will be re-sent', { acked: outcome.acked.length, error: err });
+    return err instanceof RelayError ? err : new DatabaseError(`committing marks failed: ${describe(err)}`, { cause: err });
+  };
+  const recorded = (): void => {
+    summary.published += outcome.acked.length;
+    for (const f of failures) {
+      if (f.park) summary.parked++;
+      else summary.retried++;
+      deps.logger.warn(f.park ? 'row parked' : 'row will be retried', { seq: f.seq, error: f.error, delayMs: f.delayMs });
+    }
+  };
   try {
+    const fast = await batch.tx.commitPremarked(outcome.acked, failures);
+    if (fast) {
+      const committed = fast.committed.then(recorded, (err: unknown) => {
+        throw failed(err);
+      });
+      return { committed };
+    }
     await batch.tx.settle(outcome.acked, failures);
   } catch (err) {
     await batch.tx.rollback();
-    // acked but not marked: these rows will be sent again (at-least-once), with the same ids
-    deps.logger.error('could not commit the batch marks; its rows will be re-sent', { acked: outcome.acked.length, error: err });
-    throw err instanceof RelayError ? err : new DatabaseError(`committing marks failed: ${describe(err)}`, { cause: err });
+    throw failed(err);
   }
-  summary.published += outcome.acked.length;
-  for (const f of failures) {
-    if (f.park) summary.parked++;
-    else summary.retried++;
-    deps.logger.warn(f.park ? 'row parked' : 'row will be retried', { seq: f.seq, error: f.error, delayMs: f.delayMs });
-  }
+  recorded();
+  return undefined;
 }

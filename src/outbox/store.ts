@@ -6,6 +6,7 @@
 import type { ParkedPolicy } from '../config.ts';
 import type { Deadline } from '../budget.ts';
 import { DatabaseError, DeadlineExceededError } from '../errors.ts';
+import { socketsFlushed } from '../event-loop.ts';
 import type { OutboxRow } from '../kafka/message.ts';
 import * as q from './sql.ts';
 import { qualified, type TableName } from './identifier.ts';
@@ -159,6 +160,31 @@ export class BatchTx {
   }
 
   private premarked?: { seqs: Set<string>; written: Promise<boolean> };
+
+  /**
+   * The usual ending of a batch: every premarked row was acked and nothing failed, so only COMMIT
+   * is left. Resolves once the COMMIT has been written to the socket (not answered), with a
+   * promise of its outcome; resolves undefined when the batch needs settle() instead.
+   */
+  async commitPremarked(sent: string[], failures: Failure[]): Promise<{ committed: Promise<void> } | undefined> {
+    const pre = this.premarked;
+    if (!pre || failures.length > 0 || sent.length !== pre.seqs.size || !sent.every((s) => pre.seqs.has(s))) return undefined;
+    if (!(await pre.written)) return undefined;
+    this.premarked = undefined;
+    const committed = this.run('committing the batch', this.conn`COMMIT`).then(
+      () => {
+        this.done = true;
+        this.conn.release();
+      },
+      async (err: unknown) => {
+        await this.rollback();
+        throw err;
+      },
+    );
+    committed.catch(() => undefined);
+    await socketsFlushed();
+    return { committed };
+  }
 
   /**
    * Mark the acked rows sent (or delete them), record the failed attempts and COMMIT, all sent at

@@ -168,8 +168,8 @@ export interface CliResult {
 export interface RunningCli {
   child: ChildProcess;
   result: Promise<CliResult>;
-  /** resolves when stderr contains the text */
-  waitForStderr(text: string, timeoutMs?: number): Promise<void>;
+  /** resolves when stderr contains the text (`times` times) */
+  waitForStderr(text: string, timeoutMs?: number, times?: number): Promise<void>;
 }
 
 /** Run the outbox-relay CLI in a child process with exactly the given environment (plus PATH/HOME). */
@@ -182,11 +182,12 @@ export function startCli(args: string[], env: Record<string, string>): RunningCl
   });
   let stdout = '';
   let stderr = '';
-  const waiters: Array<{ text: string; resolve: () => void }> = [];
+  const waiters: Array<{ text: string; times: number; resolve: () => void }> = [];
+  const seen = (text: string, times: number) => stderr.split(text).length - 1 >= times;
   child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
   child.stderr.on('data', (d: Buffer) => {
     stderr += d.toString();
-    for (const w of [...waiters]) if (stderr.includes(w.text)) w.resolve();
+    for (const w of [...waiters]) if (seen(w.text, w.times)) w.resolve();
   });
   const result = new Promise<CliResult>((resolve) => {
     child.on('close', (code, signal) => {
@@ -203,11 +204,11 @@ export function startCli(args: string[], env: Record<string, string>): RunningCl
   return {
     child,
     result,
-    waitForStderr: (text, timeoutMs = 30_000) =>
+    waitForStderr: (text, timeoutMs = 30_000, times = 1) =>
       new Promise<void>((resolve, reject) => {
-        if (stderr.includes(text)) return resolve();
-        const timer = setTimeout(() => reject(new Error(`timed out waiting for ${JSON.stringify(text)} on stderr; got:\n${stderr}`)), timeoutMs);
-        waiters.push({ text, resolve: () => (clearTimeout(timer), resolve()) });
+        if (seen(text, times)) return resolve();
+        const timer = setTimeout(() => reject(new Error(`timed out waiting for ${JSON.stringify(text)} ×${times} on stderr; got:\n${stderr}`)), timeoutMs);
+        waiters.push({ text, times, resolve: () => (clearTimeout(timer), resolve()) });
       }),
   };
 }

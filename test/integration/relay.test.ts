@@ -108,6 +108,37 @@ describe('G1/G2: a crash between the broker ack and the mark', () => {
   });
 });
 
+describe('G2: a crash after a batch\'s COMMIT went out, while the next batch is in flight', () => {
+  it('re-sends only the batch in flight: the database commits the COMMIT it received', async () => {
+    const f = await fixture(sql, 'crash2');
+    // 200 aggregates: batch 2 is claimed (rows 100-199) while batch 1 is in flight, so it is
+    // published right after batch 1's COMMIT was written, without waiting for its answer
+    const ids = await insertEvents(sql, f.table, Array.from({ length: 250 }, (_, i) => ({ aggregateid: `a-${i % 200}`, payload: { i } })));
+    // the hook pauses after every batch's acks
+    const env = { ...f.env, OUTBOX_BATCH_SIZE: '100', OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS: '1500' };
+    const running = startCli(['invoke', '--timeout', '60000'], env);
+    // second pause: batch 1's COMMIT was written (not awaited) before batch 2 was published
+    await running.waitForStderr('test hook: pausing after publish', 30_000, 2);
+    running.child.kill('SIGKILL');
+    assert.equal((await running.result).signal, 'SIGKILL');
+
+    assert.equal(await topicCount([f.topic('order')]), 200, 'two batches reached Kafka');
+    const marked = await sql.unsafe<{ id: string }[]>(`SELECT id FROM ${f.table} WHERE sent_at IS NOT NULL`);
+    assert.deepEqual(new Set(marked.map((r) => r.id)), new Set(ids.slice(0, 100)), 'exactly batch 1 is marked');
+
+    const res = await runCli(['invoke', '--timeout', '30000'], f.env);
+    assert.equal(res.code, 0, res.stderr);
+    assert.equal(res.summary?.published, 150);
+    const msgs = await consumeAll([f.topic('order')], 350);
+    const copies = new Map<string, number>();
+    for (const m of msgs) copies.set(m.headers.id!, (copies.get(m.headers.id!) ?? 0) + 1);
+    assert.deepEqual(new Set(copies.keys()), new Set(ids), 'every row arrived');
+    assert.deepEqual(new Set([...copies].filter(([, n]) => n === 2).map(([id]) => id)), new Set(ids.slice(100, 200)), 'only batch 2 is duplicated');
+    const seqs = await seqOf(f.table);
+    for (const [key, order] of firstCopyOrder(msgs, (id) => seqs.get(id)!)) assert.ok(isSorted(order), `aggregate ${key} out of order`);
+  });
+});
+
 describe('G3 and G4 under concurrency', () => {
   it('G3: 10,000 rows, 300 aggregates, 6 concurrent invocations: each row exactly once, in order per aggregate', async () => {
     const f = await fixture(sql, 'g3', ['order'], 6);
