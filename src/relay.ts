@@ -92,7 +92,7 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
     current = await timed('claim', claim(deps, deadline, stuck));
     while (current) {
       const batch: Batch = current;
-      current = undefined;
+      // still `current` for the catch below until its transaction has ended (settle or rollback)
       const publishable = batch.rows.filter((r) => r.publishable);
       for (const r of batch.rows) {
         if (r.publishable || !r.waitsOnForeignLock || stuck.has(r.aggregateid)) continue;
@@ -103,6 +103,7 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
 
       if (batch.rows.length === 0) {
         await batch.tx.rollback();
+        current = undefined;
         summary.stoppedBecause = stuck.size > 0 ? 'held-back' : (await store.anyDue(deadline)) ? 'locked' : 'empty';
         break;
       }
@@ -110,6 +111,7 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
         // Everything claimed waits: either behind rows now next in line (the next claim starts
         // with them) or behind foreign locks (those aggregates are now excluded). Claim again.
         await batch.tx.rollback();
+        current = undefined;
         if (!deadline.fits(timer.expected())) break;
         // rows may wait behind the last batch: claim again once its COMMIT has landed
         await timed('settle', previousCommit());
@@ -138,10 +140,20 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
         logger.warn('test hook: pausing after publish, before marks commit', { pauseMs: deps.pauseAfterPublishMs, acked: outcome.acked.length });
         await new Promise((r) => setTimeout(r, deps.pauseAfterPublishMs));
       }
-      // the previous batch's COMMIT went out before this publish began; it has answered by now
-      await timed('settle', previousCommit());
+      // The previous batch's COMMIT went out before this publish began; it has answered by now.
+      // If it failed, this batch's acks are still committed before the invocation fails, so the
+      // failure re-sends only the batch whose COMMIT failed.
+      const previousFailed = await timed('settle', previousCommit()).then(
+        () => undefined,
+        (err: unknown) => (err instanceof Error ? err : new DatabaseError(describe(err))),
+      );
       committing = (await timed('settle', settle(deps, batch, outcome, summary)))?.committed;
+      current = undefined;
       committing?.catch(() => undefined);
+      if (previousFailed !== undefined) {
+        await timed('settle', previousCommit());
+        throw previousFailed;
+      }
       timer.record(Date.now() - batch.startedAt);
 
       const pending: Promise<Batch> | undefined = next;

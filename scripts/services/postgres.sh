@@ -117,7 +117,11 @@ max_connections = 200
 wal_level = logical
 max_wal_senders = 10
 max_replication_slots = 10
-shared_buffers = 128MB
+# sized like a small production server rather than initdb's defaults (128MB, 1GB): with those,
+# backends evict dirty buffers themselves and a checkpoint is forced every ~1 GB of WAL, which
+# the relay's write pattern (every row inserted, then updated once) hits within a minute
+shared_buffers = 1GB
+max_wal_size = 4GB
 password_encryption = 'scram-sha-256'
 timezone = 'UTC'
 log_timezone = 'UTC'
