@@ -7,6 +7,7 @@
 // JSON line.
 import { writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
+import { availableParallelism } from 'node:os';
 import { parseArgs } from 'node:util';
 import kafkajs from 'kafkajs';
 import postgres from 'postgres';
@@ -236,7 +237,18 @@ async function main(): Promise<void> {
   }
   console.log(`\nkeep (default): ceiling = min(producer, guarded SQL) = ${ceiling} events/s; relay / ceiling = ${ratio.toFixed(2)}`);
   console.log(`delete: ceiling = ${Math.min(producer.perSec, sqlDelete.perSec)} events/s; relay / ceiling = ${ratioDelete.toFixed(2)}`);
-  console.log(`the order guard costs ${(guardCost * 100).toFixed(1)}% of the unguarded claim+mark rate\n`);
+  console.log(`the order guard costs ${(guardCost * 100).toFixed(1)}% of the unguarded claim+mark rate`);
+  // When Node, Postgres and the broker share this machine, the relay can go no faster than all
+  // its cores spent on the CPU it needs per event (all three parties), however well it overlaps.
+  const cores = availableParallelism();
+  const cpuPerEvent = relay.cpu ? (relay.cpu.node + relay.cpu.postgres + relay.cpu.broker) / relay.events : undefined;
+  const cpuBound = cpuPerEvent ? Math.round(cores / cpuPerEvent) : undefined;
+  if (cpuBound) {
+    console.log(
+      `CPU bound on this ${cores}-core machine: the relay (keep) needs ${(cpuPerEvent! * 1e6).toFixed(0)} µs of CPU per event (node+pg+broker) → at most ${cpuBound} events/s with every core busy (${(cpuBound / ceiling).toFixed(2)} of the ceiling)`,
+    );
+  }
+  console.log('');
   console.log(
     JSON.stringify({
       events: N,
@@ -252,6 +264,8 @@ async function main(): Promise<void> {
       relayDeleteEventsPerSec: relayDelete.perSec,
       sqlDeleteEventsPerSec: sqlDelete.perSec,
       ratioDelete: Number(ratioDelete.toFixed(3)),
+      cores,
+      cpuBoundEventsPerSec: cpuBound,
     }),
   );
 }

@@ -190,7 +190,7 @@ export class BatchTx {
    * Mark the acked rows sent (or delete them), record the failed attempts and COMMIT, all sent at
    * once down the connection: one round trip. If any statement fails, the transaction is aborted
    * and the COMMIT only ends it, so a failure anywhere means nothing of the batch was recorded.
-   * With premarked rows (the usual case) and every one of them acked, only the COMMIT is left.
+   * Premarks are undone first: the acked rows are marked again, exactly.
    */
   async settle(sent: string[], failures: Failure[]): Promise<void> {
     await this.opened;
@@ -198,10 +198,10 @@ export class BatchTx {
     const pre = this.premarked;
     this.premarked = undefined;
     if (pre) {
-      const exact = (await pre.written) && failures.length === 0 && sent.length === pre.seqs.size && sent.every((s) => pre.seqs.has(s));
-      if (exact) sent = [];
-      // a failed premark left the transaction aborted; the savepoint brings it back
-      else statements.push(this.run('undoing the premarks', this.conn`ROLLBACK TO SAVEPOINT premark`));
+      // Not every premarked row was acked (commitPremarked handles that case), or the premark
+      // failed and left the transaction aborted: back to the savepoint, then mark exactly the acked.
+      await pre.written;
+      statements.push(this.run('undoing the premarks', this.conn`ROLLBACK TO SAVEPOINT premark`));
     }
     if (sent.length) statements.push(this.run('marking rows sent', this.conn.unsafe(this.store.markText, [sent], this.store.prepared)));
     if (failures.length) {
