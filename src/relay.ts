@@ -1,7 +1,8 @@
 // The invocation loop (DESIGN §2): claim → publish → mark, one transaction per batch, until the
-// budget or the rows run out. The next batch is claimed while the current one is on its way to
-// the broker, so the database and Kafka work at the same time; the current batch's marks are
-// committed before the next batch is published, so a crash re-sends at most one batch (G2).
+// budget or the rows run out. While a batch is on its way to the broker, the next batch is
+// claimed and this batch's marks are written (uncommitted, behind a savepoint), so the database
+// and Kafka work at the same time. The batch's COMMIT is written to the database before the next
+// batch is published (its answer is read after), so a crash re-sends at most one batch (G2).
 import { BatchTimer, type Deadline } from './budget.ts';
 import { socketsFlushed } from './event-loop.ts';
 import { backoffMs, shouldPark } from './backoff.ts';
