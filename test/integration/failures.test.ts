@@ -626,6 +626,38 @@ describe('database faults: the relay\'s backend terminated mid-batch', () => {
   });
 });
 
+describe('database faults: a batch\'s COMMIT fails', () => {
+  it('the invocation fails; the batch in flight still commits its acks; only the failed batch is re-sent', async () => {
+    const f = await fixture(sql, 'commitfail');
+    // one aggregate per row, so batch 2 is claimed while batch 1 is in flight, and is published
+    // before batch 1's COMMIT has answered
+    const ids = await insertEvents(sql, f.table, Array.from({ length: 300 }, (_, i) => ({ aggregateid: `c-${i}`, payload: { i } })));
+    // a real commit-time failure: a deferred constraint trigger rejects marking row i=50 sent
+    await sql.unsafe(`CREATE FUNCTION ${f.table}_fail() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN IF NEW.sent_at IS NOT NULL AND NEW.payload->>'i' = '50' THEN RAISE EXCEPTION 'injected commit failure'; END IF; RETURN NEW; END $$`);
+    await sql.unsafe(`CREATE CONSTRAINT TRIGGER fail_at_commit AFTER UPDATE ON ${t(f.table)} DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION ${f.table}_fail()`);
+    const env = { ...f.env, OUTBOX_BATCH_SIZE: '100' };
+    const res = await runCli(['invoke', '--timeout', '30000'], env);
+    assert.equal(res.code, 1, `the invocation fails:\n${res.stderr.slice(-2_000)}`);
+    assert.equal(res.summary?.stoppedBecause, 'database-error');
+    assert.match(String(res.summary?.error), /injected commit failure/);
+    assert.equal(res.summary?.published, 100, 'batch 2 was committed, batch 1 was not');
+    const marked = await sql.unsafe<{ id: string }[]>(`SELECT id FROM ${t(f.table)} WHERE sent_at IS NOT NULL`);
+    assert.deepEqual(new Set(marked.map((r) => r.id)), new Set(ids.slice(100, 200)));
+    assert.equal(await topicCount([f.topic('order')]), 200, 'batch 3 was not published');
+
+    await sql.unsafe(`DROP TRIGGER fail_at_commit ON ${t(f.table)}`);
+    const s = await invoke(env, 30_000);
+    assert.equal(s.published, 200);
+    assert.deepEqual(await counts(sql, f.table), { total: 300, sent: 300, parked: 0, pending: 0 });
+    const msgs = await consumeAll([f.topic('order')], 400);
+    const copies = new Map<string, number>();
+    for (const m of msgs) copies.set(m.headers.id!, (copies.get(m.headers.id!) ?? 0) + 1);
+    assert.deepEqual(new Set(copies.keys()), new Set(ids), 'nothing lost');
+    assert.deepEqual(new Set([...copies].filter(([, n]) => n === 2).map(([id]) => id)), new Set(ids.slice(0, 100)), 'only batch 1 is duplicated');
+  });
+});
+
 describe('secrets (Secrets Manager in the AWS emulator)', () => {
   const sm = new SecretsManagerClient({ endpoint: AWS_ENDPOINT_URL, region: 'us-east-1', credentials: { accessKeyId: 'test', secretAccessKey: 'test' }, maxAttempts: 2 });
   const awsEnv = { AWS_ENDPOINT_URL, AWS_REGION: 'us-east-1', AWS_ACCESS_KEY_ID: 'test', AWS_SECRET_ACCESS_KEY: 'test' };
