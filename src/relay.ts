@@ -77,11 +77,14 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
 
   let current: Batch | undefined;
   let next: Promise<Batch> | undefined;
-  // the last batch's COMMIT, written to the database but not yet answered (see settle)
+  // the last batch's COMMIT, written to the database but not yet answered (see settle), and the
+  // transaction whose connection the next claim follows it on (see OutboxStore.begin)
   let committing: Promise<void> | undefined;
+  let committingTx: BatchTx | undefined;
   const previousCommit = (): Promise<void> => {
     const c = committing;
     committing = undefined;
+    committingTx = undefined;
     return c ?? Promise.resolve();
   };
   // Aggregates found waiting behind a row this invocation cannot take (held by a transaction
@@ -125,7 +128,7 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
       // Claim the next batch while this one is published. It cannot contain this batch's
       // aggregates (their locks are held by this batch's transaction), so the two never race.
       const full = batch.rows.length >= config.batchSize;
-      next = full && deadline.fits(timer.expected() * 2) ? claim(deps, deadline, stuck) : undefined;
+      next = full && deadline.fits(timer.expected() * 2) ? claim(deps, deadline, stuck, committingTx) : undefined;
       // awaited below; this only keeps an early rejection from counting as unhandled meanwhile
       next?.catch(() => undefined);
       // let the claim reach the database before the publish below holds the event loop for the
@@ -149,6 +152,7 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
         (err: unknown) => (err instanceof Error ? err : new DatabaseError(describe(err))),
       );
       committing = (await timed('settle', settle(deps, batch, outcome, summary)))?.committed;
+      committingTx = committing ? batch.tx : undefined;
       current = undefined;
       committing?.catch(() => undefined);
       if (previousFailed !== undefined) {
@@ -217,9 +221,9 @@ function finish(summary: Summary, started: number, reason: StopReason): Summary 
   return summary;
 }
 
-async function claim(deps: RelayDeps, deadline: Deadline, exclude: Set<string>): Promise<Batch> {
+async function claim(deps: RelayDeps, deadline: Deadline, exclude: Set<string>, after?: BatchTx): Promise<Batch> {
   const startedAt = Date.now();
-  const tx = await deps.store.begin(deadline);
+  const tx = await deps.store.begin(deadline, after);
   try {
     const rows = await tx.claim(deps.config.batchSize, [...exclude]);
     return { tx, rows, startedAt };

@@ -64,9 +64,15 @@ export class OutboxStore {
    * waiting for their answers: the claim follows them down the same connection (postgres.js
    * pipelines), so a claim costs one round trip, not three. That matters because the claim runs
    * while the previous batch is being encoded for Kafka on the same event loop.
+   *
+   * `after`: a batch whose COMMIT has just been sent (commitPremarked). The new transaction takes
+   * over its connection, so the database runs this BEGIN and claim only after that COMMIT: the
+   * claim's snapshot sees the previous batch as sent and its aggregates as free. On a connection
+   * of its own, the claim would race the COMMIT, skip the rows of the aggregates still locked by
+   * it, take their later rows once the COMMIT landed, and then have to hold them all back.
    */
-  async begin(deadline: Deadline): Promise<BatchTx> {
-    const conn = await this.bounded(deadline, 'reserving a database connection', this.sql.reserve());
+  async begin(deadline: Deadline, after?: BatchTx): Promise<BatchTx> {
+    const conn = after?.handOver() ?? (await this.bounded(deadline, 'reserving a database connection', this.sql.reserve()));
     const tx = new BatchTx(this, conn, deadline);
     const stmtMs = String(Math.max(1, deadline.remaining()));
     // the transaction may sit idle while the batch is on its way to Kafka; never past the deadline
@@ -106,6 +112,10 @@ export class OutboxStore {
 
 export class BatchTx {
   private done = false;
+  /** COMMIT sent (commitPremarked), answer pending */
+  private commitSent = false;
+  /** the connection now belongs to the next batch's transaction (begin's `after`) */
+  private handedOver = false;
   /** BEGIN and the timeouts, in flight ahead of the first statement (see OutboxStore.begin) */
   opened: Promise<void> = Promise.resolve();
   constructor(
@@ -174,16 +184,26 @@ export class BatchTx {
     const committed = this.run('committing the batch', this.conn`COMMIT`).then(
       () => {
         this.done = true;
-        this.conn.release();
+        if (!this.handedOver) this.conn.release();
       },
       async (err: unknown) => {
-        await this.rollback();
+        // a failed COMMIT has ended the transaction; a connection handed over is not ours to touch
+        if (this.handedOver) this.done = true;
+        else await this.rollback();
         throw err;
       },
     );
     committed.catch(() => undefined);
+    this.commitSent = true;
     await socketsFlushed();
     return { committed };
+  }
+
+  /** The connection, for the next batch's transaction, once this one's COMMIT is sent; once. */
+  handOver(): ReservedSql | undefined {
+    if (!this.commitSent || this.handedOver || this.done || this.store.connectionLost) return undefined;
+    this.handedOver = true;
+    return this.conn;
   }
 
   /**
@@ -230,7 +250,7 @@ export class BatchTx {
 
   /** Never throws: a rollback that cannot reach the server is a rollback the server does itself. */
   async rollback(): Promise<void> {
-    if (this.done) return;
+    if (this.done || this.handedOver) return;
     this.done = true;
     try {
       if (!this.store.poisoned) await this.deadlineFree(this.conn`ROLLBACK`);
