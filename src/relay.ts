@@ -128,7 +128,9 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
       // Claim the next batch while this one is published. It cannot contain this batch's
       // aggregates (their locks are held by this batch's transaction), so the two never race.
       const full = batch.rows.length >= config.batchSize;
-      next = full && deadline.fits(timer.expected() * 2) ? claim(deps, deadline, stuck, committingTx) : undefined;
+      // It is told this batch's rows are in flight (they are no gaps for it: other aggregates),
+      // which holds while this batch's transaction stays open: it is awaited before settle().
+      next = full && deadline.fits(timer.expected() * 2) ? claim(deps, deadline, stuck, committingTx, batch.rows.map((r) => r.seq)) : undefined;
       // awaited below; this only keeps an early rejection from counting as unhandled meanwhile
       next?.catch(() => undefined);
       // let the claim reach the database before the publish below holds the event loop for the
@@ -151,6 +153,8 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
         () => undefined,
         (err: unknown) => (err instanceof Error ? err : new DatabaseError(describe(err))),
       );
+      // the next claim relies on this batch's locks (see above): it must have finished first
+      if (next) await timed('claim', next.then(noop, noop));
       committing = (await timed('settle', settle(deps, batch, outcome, summary)))?.committed;
       committingTx = committing ? batch.tx : undefined;
       current = undefined;
@@ -221,17 +225,19 @@ function finish(summary: Summary, started: number, reason: StopReason): Summary 
   return summary;
 }
 
-async function claim(deps: RelayDeps, deadline: Deadline, exclude: Set<string>, after?: BatchTx): Promise<Batch> {
+async function claim(deps: RelayDeps, deadline: Deadline, exclude: Set<string>, after?: BatchTx, inFlight: string[] = []): Promise<Batch> {
   const startedAt = Date.now();
   const tx = await deps.store.begin(deadline, after);
   try {
-    const rows = await tx.claim(deps.config.batchSize, [...exclude]);
+    const rows = await tx.claim(deps.config.batchSize, [...exclude], inFlight);
     return { tx, rows, startedAt };
   } catch (err) {
     await tx.rollback();
     throw err;
   }
 }
+
+function noop(): void {}
 
 async function discard(pending: Promise<Batch> | undefined): Promise<void> {
   if (!pending) return;

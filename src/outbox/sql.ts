@@ -27,6 +27,12 @@ import type { ParkedPolicy } from '../config.ts';
  *    the safe side (a row waits one batch longer), and foreignGapsSql tells the cases apart.
  * Held-back rows stay locked by this transaction until it ends, so no one else can take them
  * out of order either. $3 lists aggregates the invocation already found held back: skipped.
+ *
+ * The per-aggregate probes of layer 2 are skipped when no row can be a gap at all: when every
+ * pending row below our highest claimed seq is either ours or one of $4, the rows of this
+ * invocation's batch in flight. Those belong to other aggregates: that batch's transaction holds
+ * their advisory locks, and the loop keeps it open until this statement has finished. That is a
+ * single relay's steady state; with other relays' rows or foreign locks in the way, the probes run.
  */
 export function claimSql(t: string, policy: ParkedPolicy): string {
   const parkedBlocks = policy === 'hold' ? 'parked_at IS NOT NULL OR ' : '';
@@ -57,22 +63,39 @@ cand AS MATERIALIZED (
 aggs AS (
   SELECT aggregateid, max(seq) AS max_seq, array_agg(seq) AS seqs FROM cand GROUP BY aggregateid
 ),
+quick AS MATERIALIZED (
+  -- could anything be a gap? (one range scan of the claim index, usually ~2 batches long)
+  SELECT EXISTS (
+    SELECT 1 FROM ${t} o
+    WHERE o.sent_at IS NULL AND o.skipped_at IS NULL AND o.parked_at IS NULL
+      AND o.seq < (SELECT max(seq) FROM cand)
+      AND o.seq NOT IN (SELECT seq FROM cand)
+      AND o.seq NOT IN (SELECT unnest($4::bigint[]))
+  ) AS maybe
+),
 gap AS MATERIALIZED (
-  -- per claimed aggregate, one index range scan that stops at the first unsent row not ours
-  SELECT a.aggregateid,
-         (SELECT o.seq FROM ${t} o
-          WHERE o.aggregateid = a.aggregateid
-            AND o.sent_at IS NULL AND o.skipped_at IS NULL
-            AND o.seq < a.max_seq${policy === 'skip' ? '\n            AND o.parked_at IS NULL' : ''}
-            AND o.seq <> ALL (a.seqs)
-          ORDER BY o.seq
-          LIMIT 1) AS first_gap
-  FROM aggs a
+  -- per claimed aggregate, one index range scan that stops at the first unsent row not ours;
+  -- only aggregates with a gap are listed, and none are looked at when nothing can be a gap
+  SELECT aggregateid, first_gap FROM (
+    SELECT a.aggregateid,
+           (SELECT o.seq FROM ${t} o
+            WHERE o.aggregateid = a.aggregateid
+              AND o.sent_at IS NULL AND o.skipped_at IS NULL
+              AND o.seq < a.max_seq${policy === 'skip' ? '\n              AND o.parked_at IS NULL' : ''}
+              AND o.seq <> ALL (a.seqs)
+            ORDER BY o.seq
+            LIMIT 1) AS first_gap
+    FROM aggs a
+    WHERE (SELECT maybe FROM quick)
+    OFFSET 0 -- not flattened: each probe runs once
+  ) probed
+  WHERE first_gap IS NOT NULL
 )
+-- no ORDER BY: sorting the wide rows costs the database more than it costs the caller, which
+-- puts them in seq order (OutboxStore.claim)
 SELECT c.*, g.first_gap, (g.first_gap IS NULL OR c.seq < g.first_gap) AS publishable
 FROM cand c
-JOIN gap g ON g.aggregateid = c.aggregateid
-ORDER BY c.seq`;
+LEFT JOIN gap g ON g.aggregateid = c.aggregateid`;
 }
 
 /**

@@ -132,14 +132,20 @@ export class BatchTx {
     return this.store.bounded(this.deadline, what, query);
   }
 
-  /** `exclude`: aggregates this invocation already found stuck behind someone else's row */
-  async claim(limit: number, exclude: string[] = []): Promise<ClaimedRow[]> {
-    const params = this.store.guarded ? [limit, this.store.table, exclude] : [limit];
+  /**
+   * `exclude`: aggregates this invocation already found stuck behind someone else's row.
+   * `inFlight`: the rows of this invocation's batch being published, whose transaction must stay
+   * open until this claim has returned (claimSql's $4).
+   */
+  async claim(limit: number, exclude: string[] = [], inFlight: string[] = []): Promise<ClaimedRow[]> {
+    const params = this.store.guarded ? [limit, this.store.table, exclude, inFlight] : [limit];
     const claimed = this.run('claiming a batch', this.conn.unsafe<ClaimedRow[]>(this.store.claimText, params, this.store.prepared));
     claimed.catch(() => undefined);
     // if BEGIN failed, so did the claim behind it: the connection is the same
     await this.opened;
     const rows = await claimed;
+    // seq order is the publishing order within an aggregate (G4); the claim leaves it to us
+    rows.sort(bySeq);
     if (!this.store.guarded) for (const r of rows) r.publishable = true;
     const waiting = rows.filter((r) => !r.publishable);
     if (waiting.length === 0) return rows;
@@ -270,6 +276,11 @@ export class BatchTx {
       clearTimeout(timer);
     }
   }
+}
+
+/** seq values are int8 as decimal strings without sign or leading zeros: shorter is smaller */
+export function bySeq(a: { seq: string }, b: { seq: string }): number {
+  return a.seq.length - b.seq.length || (a.seq < b.seq ? -1 : a.seq > b.seq ? 1 : 0);
 }
 
 const AUTH_CODES = new Set(['28P01', '28000']);
