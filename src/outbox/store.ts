@@ -116,6 +116,8 @@ export class BatchTx {
   private commitSent = false;
   /** the connection now belongs to the next batch's transaction (begin's `after`) */
   private handedOver = false;
+  /** the rows premark() marked behind the savepoint, and whether those statements succeeded */
+  private premarked?: { seqs: Set<string>; written: Promise<boolean> };
   /** BEGIN and the timeouts, in flight ahead of the first statement (see OutboxStore.begin) */
   opened: Promise<void> = Promise.resolve();
   constructor(
@@ -174,8 +176,6 @@ export class BatchTx {
     );
     this.premarked = { seqs: seqSet, written };
   }
-
-  private premarked?: { seqs: Set<string>; written: Promise<boolean> };
 
   /**
    * The usual ending of a batch: every premarked row was acked and nothing failed, so only COMMIT

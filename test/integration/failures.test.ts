@@ -22,16 +22,19 @@ import {
   AWS_ENDPOINT_URL,
   brokerPid,
   consumeAll,
+  copiesById,
   counts,
   createTopics,
   DATABASE_URL,
   fixture,
   insertEvents,
   kafka,
+  markedIds,
   ROOT,
   runCli,
   startCli,
   topicCount,
+  twiceIds,
   uniqueName,
   db,
   type Consumed,
@@ -642,8 +645,7 @@ describe('database faults: a batch\'s COMMIT fails', () => {
     assert.equal(res.summary?.stoppedBecause, 'database-error');
     assert.match(String(res.summary?.error), /injected commit failure/);
     assert.equal(res.summary?.published, 100, 'batch 2 was committed, batch 1 was not');
-    const marked = await sql.unsafe<{ id: string }[]>(`SELECT id FROM ${t(f.table)} WHERE sent_at IS NOT NULL`);
-    assert.deepEqual(new Set(marked.map((r) => r.id)), new Set(ids.slice(100, 200)));
+    assert.deepEqual(await markedIds(sql, f.table), new Set(ids.slice(100, 200)));
     assert.equal(await topicCount([f.topic('order')]), 200, 'batch 3 was not published');
 
     await sql.unsafe(`DROP TRIGGER fail_at_commit ON ${t(f.table)}`);
@@ -651,10 +653,9 @@ describe('database faults: a batch\'s COMMIT fails', () => {
     assert.equal(s.published, 200);
     assert.deepEqual(await counts(sql, f.table), { total: 300, sent: 300, parked: 0, pending: 0 });
     const msgs = await consumeAll([f.topic('order')], 400);
-    const copies = new Map<string, number>();
-    for (const m of msgs) copies.set(m.headers.id!, (copies.get(m.headers.id!) ?? 0) + 1);
+    const copies = copiesById(msgs);
     assert.deepEqual(new Set(copies.keys()), new Set(ids), 'nothing lost');
-    assert.deepEqual(new Set([...copies].filter(([, n]) => n === 2).map(([id]) => id)), new Set(ids.slice(0, 100)), 'only batch 1 is duplicated');
+    assert.deepEqual(twiceIds(copies), new Set(ids.slice(0, 100)), 'only batch 1 is duplicated');
   });
 });
 

@@ -227,6 +227,24 @@ export async function counts(sql: Sql, table: string): Promise<{ total: number; 
   return { total: Number(r!.total), sent: Number(r!.sent), parked: Number(r!.parked), pending: Number(r!.pending) };
 }
 
+/** Ids of the rows marked sent. */
+export async function markedIds(sql: Sql, table: string): Promise<Set<string>> {
+  const rows = await sql.unsafe<{ id: string }[]>(`SELECT id FROM ${qualified(parseTableName(table))} WHERE sent_at IS NOT NULL`);
+  return new Set(rows.map((r) => r.id));
+}
+
+/** How many copies of each row (by its `id` header) arrived. */
+export function copiesById(messages: Consumed[]): Map<string, number> {
+  const copies = new Map<string, number>();
+  for (const m of messages) copies.set(m.headers.id!, (copies.get(m.headers.id!) ?? 0) + 1);
+  return copies;
+}
+
+/** The ids that arrived exactly twice. */
+export function twiceIds(copies: Map<string, number>): Set<string> {
+  return new Set([...copies].filter(([, n]) => n === 2).map(([id]) => id));
+}
+
 /** The broker's pid, from the file services.sh writes. */
 export function brokerPid(): number {
   return Number(readFileSync(join(ROOT, '.cache', 'run', 'kafka.pid'), 'utf8').trim());

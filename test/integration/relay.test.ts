@@ -6,6 +6,7 @@ import type { Sql } from 'postgres';
 import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
 import {
   consumeAll,
+  copiesById,
   counts,
   DATABASE_URL,
   db,
@@ -14,9 +15,11 @@ import {
   insertEvents,
   isSorted,
   KAFKA_BROKERS,
+  markedIds,
   runCli,
   startCli,
   topicCount,
+  twiceIds,
   type EventSpec,
 } from './helpers.ts';
 
@@ -97,12 +100,11 @@ describe('G1/G2: a crash between the broker ack and the mark', () => {
 
     const msgs = await consumeAll([f.topic('order')], 350);
     assert.equal(msgs.length, 350, 'exactly the one batch is duplicated');
-    const copies = new Map<string, number>();
-    for (const m of msgs) copies.set(m.headers.id!, (copies.get(m.headers.id!) ?? 0) + 1);
+    const copies = copiesById(msgs);
     assert.deepEqual(new Set(copies.keys()), new Set(ids), 'every row arrived, under its own id');
     assert.equal([...copies.values()].filter((n) => n === 2).length, 100);
     // the duplicated rows are exactly the first batch in seq order
-    assert.deepEqual(new Set(ids.slice(0, 100)), new Set([...copies].filter(([, n]) => n === 2).map(([id]) => id)));
+    assert.deepEqual(new Set(ids.slice(0, 100)), twiceIds(copies));
     const seqs = await seqOf(f.table);
     for (const [key, order] of firstCopyOrder(msgs, (id) => seqs.get(id)!)) assert.ok(isSorted(order), `aggregate ${key} out of order`);
   });
@@ -123,17 +125,15 @@ describe('G2: a crash after a batch\'s COMMIT went out, while the next batch is 
     assert.equal((await running.result).signal, 'SIGKILL');
 
     assert.equal(await topicCount([f.topic('order')]), 200, 'two batches reached Kafka');
-    const marked = await sql.unsafe<{ id: string }[]>(`SELECT id FROM ${f.table} WHERE sent_at IS NOT NULL`);
-    assert.deepEqual(new Set(marked.map((r) => r.id)), new Set(ids.slice(0, 100)), 'exactly batch 1 is marked');
+    assert.deepEqual(await markedIds(sql, f.table), new Set(ids.slice(0, 100)), 'exactly batch 1 is marked');
 
     const res = await runCli(['invoke', '--timeout', '30000'], f.env);
     assert.equal(res.code, 0, res.stderr);
     assert.equal(res.summary?.published, 150);
     const msgs = await consumeAll([f.topic('order')], 350);
-    const copies = new Map<string, number>();
-    for (const m of msgs) copies.set(m.headers.id!, (copies.get(m.headers.id!) ?? 0) + 1);
+    const copies = copiesById(msgs);
     assert.deepEqual(new Set(copies.keys()), new Set(ids), 'every row arrived');
-    assert.deepEqual(new Set([...copies].filter(([, n]) => n === 2).map(([id]) => id)), new Set(ids.slice(100, 200)), 'only batch 2 is duplicated');
+    assert.deepEqual(twiceIds(copies), new Set(ids.slice(100, 200)), 'only batch 2 is duplicated');
     const seqs = await seqOf(f.table);
     for (const [key, order] of firstCopyOrder(msgs, (id) => seqs.get(id)!)) assert.ok(isSorted(order), `aggregate ${key} out of order`);
   });
