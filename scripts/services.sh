@@ -8,6 +8,8 @@
 #
 #   Postgres 15  127.0.0.1:5432  postgres://outbox:outbox@127.0.0.1:5432/outbox  (superuser postgres/postgres)
 #   Kafka 4      127.0.0.1:9092  KRaft single node, auto-create off              (pid: .cache/run/kafka.pid)
+#                127.0.0.1:9094  SASL/SCRAM-SHA-256/512, user relay / relay-secret
+#                127.0.0.1:9095, :9097 (SASL) advertised as :9096, :9098, for test proxies (scripts/services/kafka.sh)
 #   moto         127.0.0.1:4566  AWS_ENDPOINT_URL=http://127.0.0.1:4566, keys test/test, us-east-1
 #
 # `up` is idempotent: running services are checked, not restarted, and a dead one (e.g. a broker

@@ -26,6 +26,8 @@ export interface Config {
     sslRejectUnauthorized: boolean;
     clientId: string;
     compression: 'none' | 'gzip';
+    /** most bytes of records one send (one Produce request per broker) carries */
+    maxRequestBytes: number;
   };
   outbox: {
     table: TableName;
@@ -142,6 +144,8 @@ export function loadConfig(env: Env = process.env): Config {
       sslRejectUnauthorized: bool('KAFKA_SSL_REJECT_UNAUTHORIZED', true),
       clientId: str('OUTBOX_CLIENT_ID') ?? 'outbox-relay',
       compression: oneOf('OUTBOX_COMPRESSION', ['none', 'gzip'] as const, 'none'),
+      // the Java producer's max.request.size default
+      maxRequestBytes: int('OUTBOX_MAX_REQUEST_BYTES', 1_048_576, 1_024, 100_000_000),
     },
     outbox: {
       table,

@@ -18,6 +18,7 @@ export type StopReason =
   | 'empty' // nothing pending and due
   | 'held-back' // everything claimable waits behind an earlier row of its aggregate
   | 'locked' // every due row is held by other invocations
+  | 'topics-backed-off' // what is left is bound for topics the broker refused in this invocation
   | 'budget' // not enough time left for another batch
   | 'broker-unavailable'
   | 'database-error';
@@ -30,6 +31,8 @@ export interface Summary {
   heldBack: number;
   batches: number;
   pruned: number;
+  /** topics the broker refused as a whole in this invocation (deleted, unknown, forbidden): their rows wait, uncharged */
+  topicsBackedOff: string[];
   durationMs: number;
   /**
    * where the loop's time went, ms: waiting for claims (not hidden behind a publish), publishing
@@ -63,7 +66,7 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
   const started = Date.now();
   const { store, config, logger } = deps;
   const timer = new BatchTimer();
-  const summary: Summary = { claimed: 0, published: 0, retried: 0, parked: 0, heldBack: 0, batches: 0, pruned: 0, durationMs: 0, waitedMs: { claim: 0, publish: 0, settle: 0 }, stoppedBecause: 'budget' };
+  const summary: Summary = { claimed: 0, published: 0, retried: 0, parked: 0, heldBack: 0, batches: 0, pruned: 0, topicsBackedOff: [], durationMs: 0, waitedMs: { claim: 0, publish: 0, settle: 0 }, stoppedBecause: 'budget' };
   const waited = summary.waitedMs;
   /** awaits p, adding the time to waitedMs[what] */
   const timed = async <T>(what: keyof Summary['waitedMs'], p: Promise<T>): Promise<T> => {
@@ -91,9 +94,13 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
   // that is not a relay's): left out of this invocation's later claims so their rows do not
   // crowd every batch; the next invocation looks at them again.
   const stuck = new Set<string>();
+  // Topics the broker refused as a whole (see PublishOutcome.backedOff): not claimed again in this
+  // invocation, so their rows neither fill the batches nor get charged; the next one tries again.
+  const backedOff = new Set<string>();
+  const avoid: Avoid = { aggregates: stuck, topics: backedOff, template: config.topicTemplate };
   try {
     if (!deadline.fits(timer.expected())) return finish(summary, started, 'budget');
-    current = await timed('claim', claim(deps, deadline, stuck));
+    current = await timed('claim', claim(deps, deadline, avoid));
     while (current) {
       const batch: Batch = current;
       // still `current` for the catch below until its transaction has ended (settle or rollback)
@@ -108,7 +115,7 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
       if (batch.rows.length === 0) {
         await batch.tx.rollback();
         current = undefined;
-        summary.stoppedBecause = stuck.size > 0 ? 'held-back' : (await store.anyDue(deadline)) ? 'locked' : 'empty';
+        summary.stoppedBecause = stuck.size > 0 ? 'held-back' : backedOff.size > 0 ? 'topics-backed-off' : (await store.anyDue(deadline)) ? 'locked' : 'empty';
         break;
       }
       if (publishable.length === 0) {
@@ -119,7 +126,7 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
         if (!deadline.fits(timer.expected())) break;
         // rows may wait behind the last batch: claim again once its COMMIT has landed
         await timed('settle', previousCommit());
-        current = await timed('claim', claim(deps, deadline, stuck));
+        current = await timed('claim', claim(deps, deadline, avoid));
         continue;
       }
       summary.claimed += publishable.length;
@@ -130,7 +137,7 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
       const full = batch.rows.length >= config.batchSize;
       // It is told this batch's rows are in flight (they are no gaps for it: other aggregates),
       // which holds while this batch's transaction stays open: it is awaited before settle().
-      next = full && deadline.fits(timer.expected() * 2) ? claim(deps, deadline, stuck, committingTx, batch.rows.map((r) => r.seq)) : undefined;
+      next = full && deadline.fits(timer.expected() * 2) ? claim(deps, deadline, avoid, committingTx, batch.rows.map((r) => r.seq)) : undefined;
       // awaited below; this only keeps an early rejection from counting as unhandled meanwhile
       next?.catch(() => undefined);
       // let the claim reach the database before the publish below holds the event loop for the
@@ -139,7 +146,7 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
 
       // Sends give up a little before the deadline, so the acks that did arrive (other topics of
       // the batch) can still be committed instead of being re-sent by the next invocation.
-      const outcome = await timed('publish', publishBatch(deps, publishable, deadline.minus(Math.min(MARK_RESERVE_MS, deadline.remaining() / 4)), (seqs) => batch.tx.premark(seqs)));
+      const outcome = await timed('publish', publishBatch(deps, publishable, backedOff, deadline.minus(Math.min(MARK_RESERVE_MS, deadline.remaining() / 4)), (seqs) => batch.tx.premark(seqs)));
       if (deps.pauseAfterPublishMs && outcome.acked.length) {
         // (the previous batch's COMMIT is on the wire, its answer not yet read: a kill here is
         // the crash that G2's second test needs)
@@ -167,6 +174,12 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
 
       const pending: Promise<Batch> | undefined = next;
       next = undefined;
+      for (const { topic, error } of outcome.backedOff) {
+        if (backedOff.has(topic)) continue;
+        backedOff.add(topic);
+        summary.topicsBackedOff.push(topic);
+        logger.warn('topic refused by the broker; its rows stay pending, uncharged, and this invocation sends nothing more to it', { topic, error });
+      }
       if (outcome.unavailable) {
         await discard(pending);
         // A send that outlived the whole remaining budget (a hung or frozen broker) fails the
@@ -189,7 +202,7 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
         // the last invocation to commit always looks again (no rows are left behind).
         await following?.tx.rollback();
         await timed('settle', previousCommit());
-        following = await timed('claim', claim(deps, deadline, stuck));
+        following = await timed('claim', claim(deps, deadline, avoid));
       }
       current = following;
     }
@@ -225,11 +238,18 @@ function finish(summary: Summary, started: number, reason: StopReason): Summary 
   return summary;
 }
 
-async function claim(deps: RelayDeps, deadline: Deadline, exclude: Set<string>, after?: BatchTx, inFlight: string[] = []): Promise<Batch> {
+/** What this invocation's claims leave out: aggregates stuck behind foreign locks, backed-off topics. */
+interface Avoid {
+  aggregates: Set<string>;
+  topics: Set<string>;
+  template: string;
+}
+
+async function claim(deps: RelayDeps, deadline: Deadline, avoid: Avoid, after?: BatchTx, inFlight: string[] = []): Promise<Batch> {
   const startedAt = Date.now();
   const tx = await deps.store.begin(deadline, after);
   try {
-    const rows = await tx.claim(deps.config.batchSize, [...exclude], inFlight);
+    const rows = await tx.claim(deps.config.batchSize, [...avoid.aggregates], inFlight, { template: avoid.template, topics: [...avoid.topics] });
     return { tx, rows, startedAt };
   } catch (err) {
     await tx.rollback();
@@ -253,6 +273,7 @@ async function discard(pending: Promise<Batch> | undefined): Promise<void> {
 async function publishBatch(
   deps: RelayDeps,
   rows: ClaimedRow[],
+  backedOff: ReadonlySet<string>,
   deadline: Deadline,
   beforeSend: (seqs: string[]) => void,
 ): Promise<PublishOutcome & { seqToRow: Map<string, ClaimedRow> }> {
@@ -267,6 +288,11 @@ async function publishBatch(
     if (blocked.has(row.aggregateid)) continue;
     try {
       const m = toMessage(row, deps.config.topicTemplate);
+      // claimed before its topic was backed off (the claim ahead): it waits, and so do its successors
+      if (backedOff.has(m.topic)) {
+        blocked.add(row.aggregateid);
+        continue;
+      }
       // Topics are sent concurrently and fail independently, so a later row of an aggregate
       // bound for another topic (a per-row topic override) could be acked while an earlier one
       // fails and backs off: G4 broken, the hold policy bypassed. Publish an aggregate's rows
@@ -285,7 +311,7 @@ async function publishBatch(
           limit = await deps.publisher.maxMessageBytes(m.topic, deadline);
         } catch (err) {
           // the broker cannot even be asked: the whole batch waits, no row is charged
-          return { acked: [], rejected, unavailable: classifySendError(err, m.topic).error, seqToRow };
+          return { acked: [], rejected, backedOff: [], unavailable: classifySendError(err, m.topic).error, seqToRow };
         }
         limits.set(m.topic, limit);
       }

@@ -3,6 +3,17 @@
 # 127.0.0.1:9093, never advertised to clients), run from Kafka's own jars as published on Maven
 # Central (resolved by scripts/kafka/pom.xml, which also pins the version and says why).
 #
+# Listeners (all on 127.0.0.1):
+#   9092  PLAINTEXT      clients and inter-broker
+#   9093  CONTROLLER     KRaft controller
+#   9094  SASL_PLAINTEXT SCRAM-SHA-256/512, user relay / relay-secret (created by `up`)
+#   9095  PROXIED        plaintext, ADVERTISED as 9096
+#   9097  SASL_PROXIED   SCRAM, ADVERTISED as 9098
+# Nothing listens on 9096/9098 unless a test starts a proxy there (test/integration/kafka-proxy.ts):
+# a client reconnects to the address it gets in metadata, so advertising the proxy's port makes
+# every connection of a client bootstrapped at 9096 (9098) go through the proxy, which lets a test
+# lose a Produce answer the broker has already acted on.
+#
 # The broker's pid is in .cache/run/kafka.pid, for tests that pause/kill it:
 #   kill -STOP "$(cat .cache/run/kafka.pid)"   # hang (status still says up: it is not "down")
 #   kill -9    "$(cat .cache/run/kafka.pid)"   # crash
@@ -11,6 +22,13 @@
 
 KAFKA_PORT=9092
 KAFKA_CONTROLLER_PORT=9093
+KAFKA_SASL_PORT=9094
+KAFKA_PROXIED_PORT=9095      # advertised as KAFKA_PROXY_PORT
+KAFKA_PROXY_PORT=9096
+KAFKA_SASL_PROXIED_PORT=9097 # advertised as KAFKA_SASL_PROXY_PORT
+KAFKA_SASL_PROXY_PORT=9098
+KAFKA_SCRAM_USER=relay
+KAFKA_SCRAM_PASSWORD=relay-secret
 KAFKA_DIR="$CACHE/kafka"
 KAFKA_LIBS="$KAFKA_DIR/libs"
 KAFKA_DATA="$KAFKA_DIR/data"
@@ -63,11 +81,18 @@ kafka_write_conf() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.bootstrap.servers=127.0.0.1:$KAFKA_CONTROLLER_PORT
-listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT,SASL_PLAINTEXT://127.0.0.1:$KAFKA_SASL_PORT,PROXIED://127.0.0.1:$KAFKA_PROXIED_PORT,SASL_PROXIED://127.0.0.1:$KAFKA_SASL_PROXIED_PORT
+# PROXIED and SASL_PROXIED advertise the port of a test's proxy, not their own (see the top of kafka.sh)
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SASL_PLAINTEXT://127.0.0.1:$KAFKA_SASL_PORT,PROXIED://127.0.0.1:$KAFKA_PROXY_PORT,SASL_PROXIED://127.0.0.1:$KAFKA_SASL_PROXY_PORT
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,PROXIED:PLAINTEXT,SASL_PROXIED:SASL_PLAINTEXT
+# SCRAM on both SASL listeners; the credentials live in the cluster metadata (KafkaScram.java)
+sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_proxied.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_proxied.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 log.dirs=$KAFKA_DATA
 num.partitions=3
 default.replication.factor=1
@@ -139,6 +164,21 @@ kafka_ready() {
   "$node" "$SERVICES_DIR/kafka-ready.mjs" "${args[@]}" >>"$KAFKA_DIR/health.log" 2>&1
 }
 
+# What the status and log lines say about the listeners besides 9092.
+KAFKA_LISTENERS_NOTE="SASL/SCRAM 127.0.0.1:$KAFKA_SASL_PORT; proxied $KAFKA_PROXIED_PORT→$KAFKA_PROXY_PORT, SASL $KAFKA_SASL_PROXIED_PORT→$KAFKA_SASL_PROXY_PORT"
+
+# kafka_scram_user: the SCRAM user of the SASL listeners, both mechanisms. The credential lives in
+# the cluster metadata (it survives restarts), so this is an upsert that runs on every `up`: it
+# never fails because the user exists, and it RESETS the password to relay-secret, which also undoes
+# a test that rotated it (setScramPassword) and died before putting it back. ~2 s, mostly the JVM.
+kafka_scram_user() {
+  if ! java -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -cp "$KAFKA_LIBS/*" "$SERVICES_DIR/KafkaScram.java" \
+    --bootstrap "127.0.0.1:$KAFKA_PORT" --user "$KAFKA_SCRAM_USER" --password "$KAFKA_SCRAM_PASSWORD" \
+    --verify "127.0.0.1:$KAFKA_SASL_PORT" >>"$KAFKA_DIR/scram.log" 2>&1; then
+    fail kafka "creating the SCRAM user $KAFKA_SCRAM_USER failed (scripts/services/KafkaScram.java)" "$KAFKA_DIR/scram.log"
+  fi
+}
+
 kafka_up() {
   if alive kafka "$KAFKA_PATTERN"; then
     if paused kafka; then
@@ -146,7 +186,11 @@ kafka_up() {
       kill -CONT "$(pid_of kafka)"
     fi
     if kafka_ready 15000; then
-      log "kafka: already up (pid $(pid_of kafka), 127.0.0.1:$KAFKA_PORT)"
+      # a broker started before the SASL/proxied listeners existed: its config is stale
+      port_open "$KAFKA_SASL_PORT" ||
+        fail kafka "pid $(pid_of kafka) runs without the SASL listener 127.0.0.1:$KAFKA_SASL_PORT (started with an older config); run: bash scripts/services.sh restart kafka" ""
+      kafka_scram_user
+      log "kafka: already up (pid $(pid_of kafka), 127.0.0.1:$KAFKA_PORT; $KAFKA_LISTENERS_NOTE)"
       return 0
     fi
     fail kafka "pid $(pid_of kafka) runs but does not answer metadata requests on 127.0.0.1:$KAFKA_PORT (health: $KAFKA_DIR/health.log); try: bash scripts/services.sh restart kafka" "$KAFKA_LOG"
@@ -155,8 +199,10 @@ kafka_up() {
   kafka_install
   kafka_write_conf
   kafka_format
-  require_port_free kafka "$KAFKA_PORT" "$KAFKA_LOG"
-  require_port_free kafka "$KAFKA_CONTROLLER_PORT" "$KAFKA_LOG"
+  local port
+  for port in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$KAFKA_SASL_PORT" "$KAFKA_PROXIED_PORT" "$KAFKA_SASL_PROXIED_PORT"; do
+    require_port_free kafka "$port" "$KAFKA_LOG"
+  done
   log "kafka: starting broker+controller (log $KAFKA_LOG)"
   spawn kafka "$KAFKA_LOG" "${KAFKA_JVM[@]}" kafka.Kafka "$KAFKA_DIR/server.properties"
   local deadline=$((SECONDS + 120))
@@ -170,7 +216,8 @@ kafka_up() {
     alive kafka "$KAFKA_PATTERN" || fail kafka "the broker process exited during start-up" "$KAFKA_LOG"
     fail kafka "port $KAFKA_PORT is open but the broker does not answer metadata requests (health: $KAFKA_DIR/health.log)" "$KAFKA_LOG"
   fi
-  log "kafka: up (pid $(pid_of kafka)) 127.0.0.1:$KAFKA_PORT"
+  kafka_scram_user
+  log "kafka: up (pid $(pid_of kafka)) 127.0.0.1:$KAFKA_PORT; $KAFKA_LISTENERS_NOTE"
 }
 
 kafka_down() {
@@ -187,11 +234,11 @@ kafka_down() {
 kafka_status() {
   if alive kafka "$KAFKA_PATTERN"; then
     if paused kafka; then
-      printf '%-9s up (paused: pid %s is SIGSTOPped)  127.0.0.1:%s\n' kafka "$(pid_of kafka)" "$KAFKA_PORT"
+      printf '%-9s up (paused: pid %s is SIGSTOPped)  127.0.0.1:%s  (%s)\n' kafka "$(pid_of kafka)" "$KAFKA_PORT" "$KAFKA_LISTENERS_NOTE"
       return 0
     fi
     if port_open "$KAFKA_PORT"; then
-      printf '%-9s up    pid %-8s 127.0.0.1:%s\n' kafka "$(pid_of kafka)" "$KAFKA_PORT"
+      printf '%-9s up    pid %-8s 127.0.0.1:%s  (%s)\n' kafka "$(pid_of kafka)" "$KAFKA_PORT" "$KAFKA_LISTENERS_NOTE"
       return 0
     fi
     printf '%-9s down  (pid %s runs but 127.0.0.1:%s is closed; log %s)\n' kafka "$(pid_of kafka)" "$KAFKA_PORT" "$KAFKA_LOG"

@@ -1,13 +1,39 @@
-// kafkajs reports failures in several shapes: a protocol error with a `type`, wrapped in
-// KafkaJSNumberOfRetriesExceeded after its own retries, sometimes inside a KafkaJSAggregateError
-// when a batch went to several brokers. We walk the whole chain and decide: is this message to
-// blame (count an attempt against its row), or is the broker/network down (stop, blame no row)?
+// kafkajs reports failures in several shapes: a protocol error with a `type` (the broker's own
+// error code name), wrapped in KafkaJSNumberOfRetriesExceeded after its own retries, sometimes
+// inside a KafkaJSAggregateError when a send went to several brokers. We walk the whole chain and
+// decide the failure's scope, which decides what happens to the rows (see Publisher):
+//   record   the bytes of one record can never be accepted: charge that row an attempt
+//   topic    every send to this topic fails, other topics are fine: back the topic off, charge no row
+//   producer the producer's idempotence state (id, epoch, sequences) no longer matches the
+//            broker's: a new producer, the same records once more, charge no row
+//   auth     the broker refused our credentials (rotated): read the secret again, reconnect, retry once
+//   broker   the broker or the network is down or too slow: stop the invocation, charge no row
 import { BrokerUnavailableError, DeadlineExceededError, MessageRejectedError, type RelayError } from '../errors.ts';
 
 /** errors about the records themselves: retrying the same bytes can never succeed */
 const RECORD_ERRORS = new Set(['MESSAGE_TOO_LARGE', 'RECORD_LIST_TOO_LARGE', 'INVALID_RECORD', 'CORRUPT_MESSAGE']);
 /** errors about the destination topic: every message to that topic fails, no other topic is affected */
-const TOPIC_ERRORS = new Set(['UNKNOWN_TOPIC_OR_PARTITION', 'INVALID_TOPIC_EXCEPTION', 'TOPIC_AUTHORIZATION_FAILED', 'POLICY_VIOLATION']);
+const TOPIC_ERRORS = new Set([
+  'UNKNOWN_TOPIC_OR_PARTITION',
+  'UNKNOWN_TOPIC_ID',
+  'INCONSISTENT_TOPIC_ID',
+  'INVALID_TOPIC_EXCEPTION',
+  'TOPIC_AUTHORIZATION_FAILED',
+  'TOPIC_DELETION_DISABLED',
+  'POLICY_VIOLATION',
+  // kafkajs' own: the metadata it refreshed has no partitions for the topic (deleted meanwhile)
+  'KafkaJSTopicMetadataNotLoaded',
+]);
+/** errors about the idempotent producer's state on the broker (sequence numbers, id, epoch) */
+const PRODUCER_ERRORS = new Set([
+  'OUT_OF_ORDER_SEQUENCE_NUMBER',
+  'UNKNOWN_PRODUCER_ID',
+  'INVALID_PRODUCER_EPOCH',
+  'DUPLICATE_SEQUENCE_NUMBER',
+  'INVALID_PRODUCER_ID_MAPPING',
+  'PRODUCER_FENCED',
+]);
+const AUTH_ERRORS = new Set(['KafkaJSSASLAuthenticationError', 'SASL_AUTHENTICATION_FAILED']);
 
 interface Chainable {
   type?: unknown;
@@ -31,31 +57,45 @@ export function errorTypes(err: unknown, seen = new Set<unknown>()): string[] {
 }
 
 export type SendFailure =
-  | { scope: 'record'; error: MessageRejectedError }
-  | { scope: 'topic'; error: MessageRejectedError }
+  | { scope: 'record'; code: string; error: MessageRejectedError }
+  | { scope: 'topic'; code: string; error: MessageRejectedError }
+  | { scope: 'producer'; code: string; error: BrokerUnavailableError }
+  | { scope: 'auth'; code: string; error: BrokerUnavailableError }
   | { scope: 'broker'; error: RelayError };
+
+export type SendScope = SendFailure['scope'];
+
+const TOPIC_HINTS: Record<string, string> = {
+  UNKNOWN_TOPIC_OR_PARTITION: "the topic does not exist (or was deleted) and auto-creation is off: create it, or fix the row's topic / OUTBOX_TOPIC_TEMPLATE",
+  KafkaJSTopicMetadataNotLoaded: "the broker has no partitions for the topic (deleted?): create it, or fix the row's topic / OUTBOX_TOPIC_TEMPLATE",
+  TOPIC_AUTHORIZATION_FAILED: "the relay's principal may not write to it: grant WRITE on the topic",
+};
 
 export function classifySendError(err: unknown, topic: string): SendFailure {
   if (err instanceof DeadlineExceededError) return { scope: 'broker', error: err };
   const types = errorTypes(err);
+  const message = err instanceof Error ? err.message : String(err);
+  // the order matters: a SASL failure during a reconnect can be wrapped with the retried error
+  const auth = types.find((t) => AUTH_ERRORS.has(t));
+  if (auth) {
+    return { scope: 'auth', code: auth, error: new BrokerUnavailableError(`Kafka refused the relay's credentials (${auth}): check KAFKA_SECRET_ID's username, password and mechanism, and the principal's ACLs`, { cause: err }) };
+  }
   const record = types.find((t) => RECORD_ERRORS.has(t));
   if (record) {
-    return { scope: 'record', error: new MessageRejectedError(`broker rejected the message (${record}) on topic ${topic}`, record !== 'CORRUPT_MESSAGE', { cause: err }) };
+    return { scope: 'record', code: record, error: new MessageRejectedError(`broker rejected the message (${record}) on topic ${topic}`, record !== 'CORRUPT_MESSAGE', { cause: err }) };
   }
   const topicType = types.find((t) => TOPIC_ERRORS.has(t));
   if (topicType) {
-    const hint =
-      topicType === 'UNKNOWN_TOPIC_OR_PARTITION'
-        ? 'the topic does not exist and auto-creation is off: create it, or fix the row\'s topic / OUTBOX_TOPIC_TEMPLATE'
-        : topicType === 'TOPIC_AUTHORIZATION_FAILED'
-          ? 'the relay\'s principal may not write to it: grant WRITE on the topic'
-          : 'fix the topic name';
-      return { scope: 'topic', error: new MessageRejectedError(`cannot publish to topic ${topic} (${topicType}): ${hint}`, false, { cause: err }) };
+    const hint = TOPIC_HINTS[topicType] ?? 'fix the topic name or its configuration';
+    return { scope: 'topic', code: topicType, error: new MessageRejectedError(`cannot publish to topic ${topic} (${topicType}): ${hint}`, false, { cause: err }) };
   }
-  const message = err instanceof Error ? err.message : String(err);
+  const producer = types.find((t) => PRODUCER_ERRORS.has(t));
+  if (producer) {
+    return { scope: 'producer', code: producer, error: new BrokerUnavailableError(`the broker refused the producer's state (${producer}) on topic ${topic}: ${message}`, { cause: err }) };
+  }
   return { scope: 'broker', error: new BrokerUnavailableError(`broker unavailable: ${message}`, { cause: err }) };
 }
 
 export function isSaslAuthError(err: unknown): boolean {
-  return errorTypes(err).some((t) => t === 'KafkaJSSASLAuthenticationError' || t === 'SASL_AUTHENTICATION_FAILED');
+  return errorTypes(err).some((t) => AUTH_ERRORS.has(t));
 }

@@ -1,13 +1,18 @@
 // kafkajs implementation of Publisher: idempotent producer, acks=all, one request in flight per
 // broker (kafkajs does not enforce maxInFlightRequests=1 for idempotent producers, and without it
 // a retried request can land behind a later one and reorder an aggregate).
+//
+// What a send carries is bounded (splitBySize), and what a failure does depends on its scope
+// (classify.ts): a record is charged, a topic is backed off, a producer is replaced and the send
+// retried once, a broker that is down stops the invocation. And a producer never outlives a
+// failed send (see sendOnce).
 import { CompressionTypes, Kafka, logLevel as KafkaLogLevel, Partitioners, type Admin, type KafkaConfig, type Producer, type SASLOptions } from 'kafkajs';
 import type { Deadline } from '../budget.ts';
 import type { Config } from '../config.ts';
-import { DeadlineExceededError } from '../errors.ts';
+import { DeadlineExceededError, type MessageRejectedError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import { classifySendError, isSaslAuthError, type SendFailure } from './classify.ts';
-import type { OutboundMessage } from './message.ts';
+import { compressionSlack, splitBySize, type OutboundMessage } from './message.ts';
 import type { PublishOutcome, Publisher } from './publisher.ts';
 
 export interface KafkaCredentials {
@@ -28,11 +33,32 @@ export interface KafkajsPublisherOptions {
 // broker default message.max.bytes (1 MiB + record batch overhead)
 const BROKER_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588;
 
+/** One producer (one producer id) and the admin client of the same Kafka instance. */
+interface ProducerSlot {
+  producer: Producer;
+  admin: Admin;
+  /** sends started on it and not yet settled */
+  inFlight: number;
+  /** a send on it failed: no new send may start on it; disconnected once its last send settles */
+  retired: boolean;
+  disposed: boolean;
+}
+
+// Client retries: few and short. kafkajs warns that "limiting retries for the idempotent producer
+// may invalidate EoS guarantees": true of a producer that is used again after its retries ran out,
+// because kafkajs has then rolled its sequence numbers back (see sendOnce). This one never is, so
+// bounded retries are safe, and they must be bounded: an invocation has a budget, and a broker that
+// stays down past a few retries is the next invocation's business, not this one's.
+const RETRY = { retries: 3, initialRetryTime: 100, maxRetryTime: 2_000 };
+const EOS_RETRIES_WARNING = /Limiting retries for the idempotent producer/;
+
+type PartResult = 'continue' | 'stop';
+
 export class KafkajsPublisher implements Publisher {
-  private producer: Producer | undefined;
-  private admin: Admin | undefined;
-  private connecting: Promise<Producer> | undefined;
-  private broken = false;
+  private slot: ProducerSlot | undefined;
+  private connecting: Promise<ProducerSlot> | undefined;
+  /** the broker refused our credentials on a send: the next connect reads the secret again first */
+  private refreshCredentials = false;
   private readonly limits = new Map<string, number>();
   connects = 0;
 
@@ -46,13 +72,13 @@ export class KafkajsPublisher implements Publisher {
       ssl: k.ssl ? { rejectUnauthorized: k.sslRejectUnauthorized } : false,
       connectionTimeout: 3_000,
       requestTimeout: 10_000,
-      // kafkajs' own retries cover a leader moving; a broker that is down is the deadline's job
-      retry: { retries: 3, initialRetryTime: 100, maxRetryTime: 2_000 },
+      retry: RETRY,
       logLevel: KafkaLogLevel.WARN,
       logCreator: () => ({ namespace, level, log }) => {
         const { message, ...rest } = log;
         const fields = { kafkajs: namespace, ...rest };
-        if (level <= KafkaLogLevel.ERROR) this.opts.logger.warn(`kafkajs: ${message}`, fields);
+        // the retries warning is answered above (RETRY): not worth a line per producer
+        if (level <= KafkaLogLevel.WARN && !EOS_RETRIES_WARNING.test(message)) this.opts.logger.warn(`kafkajs: ${message}`, fields);
         else this.opts.logger.debug(`kafkajs: ${message}`, fields);
       },
     };
@@ -63,67 +89,126 @@ export class KafkajsPublisher implements Publisher {
     return new Kafka(config);
   }
 
-  private async connected(deadline: Deadline): Promise<Producer> {
-    if (this.broken) this.reset();
-    if (this.producer) return this.producer;
+  /** The producer every new send uses; connects one when there is none (first use, or the last was retired). */
+  private async current(deadline: Deadline): Promise<ProducerSlot> {
+    if (this.slot) return this.slot;
     this.connecting ??= this.connect().finally(() => (this.connecting = undefined));
-    return deadline.race('connecting to Kafka', this.connecting, () => {
-      this.broken = true;
-    });
+    return deadline.race('connecting to Kafka', this.connecting);
   }
 
-  private async connect(): Promise<Producer> {
-    for (const refresh of [false, true]) {
+  private async connect(): Promise<ProducerSlot> {
+    let refresh = this.refreshCredentials;
+    for (;;) {
       const kafka = await this.client(refresh);
       const producer = kafka.producer({
         idempotent: true,
         maxInFlightRequests: 1,
         allowAutoTopicCreation: false,
         createPartitioner: Partitioners.DefaultPartitioner,
-        retry: { retries: 3, initialRetryTime: 100, maxRetryTime: 2_000 },
+        retry: RETRY,
       });
       try {
         await producer.connect();
-        this.connects++;
-        this.producer = producer;
-        this.admin = kafka.admin();
-        return producer;
       } catch (err) {
         await producer.disconnect().catch(() => undefined);
         // rotated credentials: fetch the secret again once, then give up
         if (!refresh && this.opts.credentials && isSaslAuthError(err)) {
           this.opts.logger.warn('Kafka authentication failed; refreshing the Kafka secret once');
+          refresh = true;
           continue;
         }
         throw err;
       }
+      this.refreshCredentials = false;
+      this.connects++;
+      const slot: ProducerSlot = { producer, admin: kafka.admin(), inFlight: 0, retired: false, disposed: false };
+      this.slot = slot;
+      return slot;
     }
-    throw new Error('unreachable');
   }
 
-  /** Drop a producer whose state is unknown (a send timed out mid-flight); the next call reconnects. */
-  private reset(): void {
-    const p = this.producer;
-    const a = this.admin;
-    this.producer = undefined;
-    this.admin = undefined;
-    this.broken = false;
+  /**
+   * One send of one topic's messages on the current producer, bounded by the deadline.
+   *
+   * A producer never outlives a failed send. When a Produce request fails, kafkajs rolls back the
+   * sequence numbers of every partition in it, including partitions the broker did append (a
+   * request whose answer was lost or came too late, or one partition refused while the others were
+   * written). The broker recognises an idempotent producer's duplicate by (producer id, epoch,
+   * first and last sequence) of a recent batch, not by its content. So the same producer, used
+   * again, is either refused forever (OUT_OF_ORDER_SEQUENCE_NUMBER: the relay stuck on one batch)
+   * or, worse, sends *different* rows under a sequence range the broker already holds and is told
+   * "duplicate, acknowledged" without anything being written: rows marked sent that are not on
+   * Kafka. A new producer has a new producer id and starts its sequences at zero, so neither can
+   * happen; the price is at most one more copy of rows the broker had in fact appended (G2).
+   */
+  private async sendOnce(topic: string, group: OutboundMessage[], deadline: Deadline): Promise<void> {
+    const slot = await this.current(deadline);
+    slot.inFlight++;
+    try {
+      await deadline.race(
+        `publishing to ${topic}`,
+        slot.producer.send({
+          topic,
+          acks: -1,
+          // the broker-side wait for replicas; the deadline race covers the rest
+          timeout: Math.max(1_000, Math.min(30_000, deadline.remaining())),
+          compression: this.opts.kafka.compression === 'gzip' ? CompressionTypes.GZIP : CompressionTypes.None,
+          messages: group.map((m) => ({ key: m.key, value: m.value, headers: m.headers })),
+        }),
+      );
+    } catch (err) {
+      this.retire(slot, topic, err);
+      throw err;
+    } finally {
+      slot.inFlight--;
+      if (slot.retired && slot.inFlight === 0) this.dispose(slot);
+    }
+  }
+
+  /** No new send starts on `slot`; sends still running on it (other topics) finish first. */
+  private retire(slot: ProducerSlot, topic: string, err: unknown): void {
+    if (slot.retired) return;
+    slot.retired = true;
+    if (this.slot === slot) this.slot = undefined;
+    // a topic's limit may have changed with it (recreated): read it again
     this.limits.clear();
+    this.opts.logger.info('a send failed: this Kafka producer is discarded, the next send uses a new producer id', { topic, error: err });
+  }
+
+  private dispose(slot: ProducerSlot): void {
+    if (slot.disposed) return;
+    slot.disposed = true;
     // do not wait for a hung broker to say goodbye
-    void p?.disconnect().catch(() => undefined);
-    void a?.disconnect().catch(() => undefined);
+    void slot.producer.disconnect().catch(() => undefined);
+    void slot.admin.disconnect().catch(() => undefined);
+  }
+
+  /**
+   * sendOnce, and once more with a new producer when the failure was the producer's state or our
+   * credentials (read from the secret again first). Returns the failure that stands, if any.
+   */
+  private async trySend(topic: string, group: OutboundMessage[], deadline: Deadline): Promise<SendFailure | undefined> {
+    let failure: SendFailure;
+    try {
+      await this.sendOnce(topic, group, deadline);
+      return undefined;
+    } catch (err) {
+      failure = classifySendError(err, topic);
+    }
+    if (failure.scope !== 'producer' && failure.scope !== 'auth') return failure;
+    if (failure.scope === 'auth' && this.opts.credentials) this.refreshCredentials = true;
+    this.opts.logger.warn(`send refused (${failure.code}); retrying once with a new producer`, { topic, messages: group.length });
+    try {
+      await this.sendOnce(topic, group, deadline);
+      return undefined;
+    } catch (err) {
+      return classifySendError(err, topic);
+    }
   }
 
   async publish(messages: OutboundMessage[], deadline: Deadline): Promise<PublishOutcome> {
-    const outcome: PublishOutcome = { acked: [], rejected: [] };
+    const outcome: PublishOutcome = { acked: [], rejected: [], backedOff: [] };
     if (messages.length === 0) return outcome;
-    let producer: Producer;
-    try {
-      producer = await this.connected(deadline);
-    } catch (err) {
-      outcome.unavailable = classifySendError(err, messages[0]!.topic).error;
-      return outcome;
-    }
     // One send per topic, concurrently. Within a topic, messages keep their order (same key →
     // same partition; one request in flight). Separate sends mean a failing topic cannot take
     // the acks of the others down with it.
@@ -133,70 +218,58 @@ export class KafkajsPublisher implements Publisher {
       if (list) list.push(m);
       else byTopic.set(m.topic, [m]);
     }
-    await Promise.all([...byTopic].map(([topic, group]) => this.sendTopic(producer, topic, group, deadline, outcome)));
+    await Promise.all([...byTopic].map(([topic, group]) => this.publishTopic(topic, group, deadline, outcome)));
     return outcome;
   }
 
-  private async sendTopic(producer: Producer, topic: string, group: OutboundMessage[], deadline: Deadline, outcome: PublishOutcome): Promise<void> {
+  /** A topic's messages in sends that fit, one after the other (order); stops at a topic- or broker-wide failure. */
+  private async publishTopic(topic: string, group: OutboundMessage[], deadline: Deadline, outcome: PublishOutcome): Promise<void> {
+    let limit: number;
     try {
-      await this.send(producer, topic, group, deadline);
-      for (const m of group) outcome.acked.push(m.seq);
-      return;
+      limit = Math.min(await this.maxMessageBytes(topic, deadline), this.opts.kafka.maxRequestBytes);
     } catch (err) {
-      const failure = classifySendError(err, topic);
-      if (this.brokerDown(err, failure, outcome)) return;
-      if (failure.scope === 'topic' || group.length === 1) {
-        for (const m of group) outcome.rejected.push({ seq: m.seq, error: failure.error });
-        return;
-      }
+      outcome.unavailable ??= classifySendError(err, topic).error;
+      return;
     }
-    // A record-level rejection of a multi-message request does not say which record: send them
-    // one at a time, in order, so only the guilty row is charged an attempt.
+    if (this.opts.kafka.compression !== 'none') limit -= compressionSlack(limit);
+    // a rejected row's later rows (same key) stay pending: publishing them would reorder (G4)
     const blockedKeys = new Set<string>();
-    for (const m of group) {
-      // a later message of a rejected aggregate stays pending: publishing it would reorder
-      if (blockedKeys.has(m.key)) continue;
-      try {
-        await this.send(producer, topic, [m], deadline);
-        outcome.acked.push(m.seq);
-      } catch (err) {
-        const failure = classifySendError(err, topic);
-        if (this.brokerDown(err, failure, outcome)) return;
-        outcome.rejected.push({ seq: m.seq, error: failure.error });
-        blockedKeys.add(m.key);
-      }
+    for (const part of splitBySize(group, limit)) {
+      const sendable = part.filter((m) => !blockedKeys.has(m.key));
+      if (sendable.length === 0) continue;
+      if ((await this.publishPart(topic, sendable, deadline, outcome, blockedKeys)) === 'stop') return;
     }
   }
 
-  /** A broker-wide failure stops this topic's sends; a send abandoned at the deadline leaves the producer in an unknown state. */
-  private brokerDown(err: unknown, failure: SendFailure, outcome: PublishOutcome): failure is Extract<SendFailure, { scope: 'broker' }> {
-    if (failure.scope !== 'broker') return false;
-    if (err instanceof DeadlineExceededError) this.broken = true;
-    outcome.unavailable ??= failure.error;
-    return true;
-  }
-
-  private send(producer: Producer, topic: string, group: OutboundMessage[], deadline: Deadline): Promise<unknown> {
-    const compression = this.opts.kafka.compression === 'gzip' ? CompressionTypes.GZIP : CompressionTypes.None;
-    return deadline.race(
-      `publishing to ${topic}`,
-      producer.send({
-        topic,
-        acks: -1,
-        // the broker-side wait for replicas; the deadline race covers the rest
-        timeout: Math.max(1_000, Math.min(30_000, deadline.remaining())),
-        compression,
-        messages: group.map((m) => ({ key: m.key, value: m.value, headers: m.headers })),
-      }),
-    );
+  private async publishPart(topic: string, part: OutboundMessage[], deadline: Deadline, outcome: PublishOutcome, blockedKeys: Set<string>): Promise<PartResult> {
+    const failure = await this.trySend(topic, part, deadline);
+    if (!failure) {
+      for (const m of part) outcome.acked.push(m.seq);
+      return 'continue';
+    }
+    if (failure.scope !== 'record') return stopFor(topic, failure, outcome);
+    if (part.length === 1) {
+      reject(part[0]!, failure.error, outcome, blockedKeys);
+      return 'continue';
+    }
+    // A record-level refusal of a multi-record send does not say which record: send them one at a
+    // time, in order, so only the guilty row is charged. Partitions the broker did append get one
+    // more copy of their rows (at-least-once, same ids), on a new producer (see sendOnce).
+    for (const m of part) {
+      if (blockedKeys.has(m.key)) continue;
+      const single = await this.trySend(topic, [m], deadline);
+      if (!single) outcome.acked.push(m.seq);
+      else if (single.scope === 'record') reject(m, single.error, outcome, blockedKeys);
+      else return stopFor(topic, single, outcome);
+    }
+    return 'continue';
   }
 
   async maxMessageBytes(topic: string, deadline: Deadline): Promise<number> {
     if (this.opts.maxMessageBytes !== undefined) return this.opts.maxMessageBytes;
     const cached = this.limits.get(topic);
     if (cached !== undefined) return cached;
-    await this.connected(deadline);
-    const admin = this.admin!;
+    const { admin } = await this.current(deadline);
     let limit = BROKER_DEFAULT_MAX_MESSAGE_BYTES;
     try {
       await deadline.race('connecting the Kafka admin client', admin.connect());
@@ -216,10 +289,22 @@ export class KafkajsPublisher implements Publisher {
   }
 
   async close(): Promise<void> {
-    const p = this.producer;
-    const a = this.admin;
-    this.producer = undefined;
-    this.admin = undefined;
-    await Promise.allSettled([p?.disconnect(), a?.disconnect()]);
+    const slot = this.slot;
+    this.slot = undefined;
+    if (!slot) return;
+    slot.disposed = true;
+    await Promise.allSettled([slot.producer.disconnect(), slot.admin.disconnect()]);
   }
+}
+
+function reject(m: OutboundMessage, error: MessageRejectedError, outcome: PublishOutcome, blockedKeys: Set<string>): void {
+  outcome.rejected.push({ seq: m.seq, error });
+  blockedKeys.add(m.key);
+}
+
+/** A failure wider than one record: the topic's remaining rows stay pending, uncharged. */
+function stopFor(topic: string, failure: Exclude<SendFailure, { scope: 'record' }>, outcome: PublishOutcome): PartResult {
+  if (failure.scope === 'topic') outcome.backedOff.push({ topic, error: failure.error });
+  else outcome.unavailable ??= failure.error;
+  return 'stop';
 }

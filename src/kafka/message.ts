@@ -51,13 +51,56 @@ export function toMessage(row: OutboxRow, template: string): OutboundMessage {
   return { seq: row.seq, aggregateid: row.aggregateid, topic, key: row.aggregateid, value: row.payload, headers };
 }
 
-/**
- * Upper bound of the bytes this message takes in a record batch on the broker: key, value and
- * headers plus record and batch overhead. Used to park oversized rows before sending them.
- */
-export function encodedSize(m: OutboundMessage): number {
-  let size = 61 /* batch header */ + 21 /* record overhead, varints at their widest */;
+/** a record batch's own header (v2: base offset, length, epoch, magic, crc, attributes, ... record count) */
+export const BATCH_OVERHEAD_BYTES = 61;
+
+/** Upper bound of the bytes one record takes inside a record batch: key, value, headers and varints at their widest. */
+export function recordBytes(m: OutboundMessage): number {
+  let size = 21;
   size += Buffer.byteLength(m.key) + (m.value === null ? 0 : Buffer.byteLength(m.value));
   for (const [k, v] of Object.entries(m.headers)) size += Buffer.byteLength(k) + Buffer.byteLength(v) + 10;
   return size;
+}
+
+/**
+ * Upper bound of the bytes this message takes alone in a record batch on the broker. Used to park
+ * oversized rows before sending them.
+ */
+export function encodedSize(m: OutboundMessage): number {
+  return BATCH_OVERHEAD_BYTES + recordBytes(m);
+}
+
+/**
+ * Split one topic's messages, in order, into consecutive sends of at most `maxBytes` each
+ * (batch header included). The broker checks max.message.bytes per partition's record batch, and a
+ * send's batch for one partition holds at most every record of the send, so a send under the
+ * limit can never be refused as too large however the keys spread over partitions. Without this,
+ * rows that each fit, but share a partition, are refused together forever (MESSAGE_TOO_LARGE).
+ * A message larger than `maxBytes` on its own travels alone: the per-row check decides about it.
+ */
+export function splitBySize<M extends OutboundMessage>(messages: M[], maxBytes: number): M[][] {
+  const sends: M[][] = [];
+  let current: M[] = [];
+  let bytes = BATCH_OVERHEAD_BYTES;
+  for (const m of messages) {
+    const size = recordBytes(m);
+    if (current.length > 0 && bytes + size > maxBytes) {
+      sends.push(current);
+      current = [];
+      bytes = BATCH_OVERHEAD_BYTES;
+    }
+    current.push(m);
+    bytes += size;
+  }
+  if (current.length > 0) sends.push(current);
+  return sends;
+}
+
+/**
+ * gzip can make incompressible data slightly larger (deflate's stored blocks: 5 bytes per 16 KiB,
+ * plus the gzip header and trailer); the uncompressed size minus this is a safe budget for a
+ * compressed batch.
+ */
+export function compressionSlack(maxBytes: number): number {
+  return Math.ceil(maxBytes / 16_384) * 5 + 32;
 }

@@ -7,8 +7,13 @@ import type { OutboundMessage } from './message.ts';
 export interface PublishOutcome {
   /** seqs the broker acknowledged with acks=all: the only rows that may be marked sent */
   acked: string[];
-  /** seqs rejected for a reason tied to the message or its topic: counted as an attempt */
+  /** seqs rejected for a reason tied to the message itself (size, invalid record): counted as an attempt */
   rejected: Array<{ seq: string; error: MessageRejectedError }>;
+  /**
+   * topics the broker refused as a whole (unknown, deleted, not authorized): their unacked rows
+   * stay pending without an attempt charged, and the invocation sends nothing more to them
+   */
+  backedOff: Array<{ topic: string; error: MessageRejectedError }>;
   /** set when the broker or network failed as a whole; rows neither acked nor rejected stay pending */
   unavailable?: RelayError;
 }
@@ -18,7 +23,10 @@ export interface Publisher {
   publish(messages: OutboundMessage[], deadline: Deadline): Promise<PublishOutcome>;
   /** Largest message the broker accepts on `topic`, in bytes (cached). */
   maxMessageBytes(topic: string, deadline: Deadline): Promise<number>;
-  /** Connections opened since the publisher was created (warm invocations must not add any). */
+  /**
+   * Producers connected since the publisher was created, each with a producer id of its own: warm
+   * invocations without failures add none, every failed send adds one (the failed one is discarded).
+   */
   readonly connects: number;
   close(): Promise<void>;
 }

@@ -28,6 +28,12 @@ import type { ParkedPolicy } from '../config.ts';
  * Held-back rows stay locked by this transaction until it ends, so no one else can take them
  * out of order either. $3 lists aggregates the invocation already found held back: skipped.
  *
+ * $6 lists topics this invocation has backed off (the broker refused the topic as a whole:
+ * deleted, unknown, not authorized), $5 is the topic template that routes rows without a topic of
+ * their own. Their rows are not claimed, and neither is any later row of the same aggregate
+ * (another topic through a per-row override), so they neither fill batches nor jump ahead (G4).
+ * With no topic backed off (always, unless the broker refused one) that scan does not run at all.
+ *
  * The per-aggregate probes of layer 2 are skipped when no row can be a gap at all: when every
  * pending row below our highest claimed seq is either ours or one of $4, the rows of this
  * invocation's batch in flight. Those belong to other aggregates: that batch's transaction holds
@@ -45,12 +51,22 @@ WITH blocked AS MATERIALIZED (
     AND (${parkedBlocks}next_attempt_at > now())
   GROUP BY aggregateid
 ),
+held AS MATERIALIZED (
+  -- first row per aggregate bound for a backed-off topic; a one-time filter skips the scan when none is
+  SELECT aggregateid, min(seq) AS first_held
+  FROM ${t}
+  WHERE cardinality($6::text[]) > 0
+    AND sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL
+    AND coalesce(nullif(topic, ''), replace(replace($5::text, '{aggregatetype}', aggregatetype), '{type}', type)) = ANY ($6::text[])
+  GROUP BY aggregateid
+),
 cand AS MATERIALIZED (
   SELECT r.seq, r.id, r.aggregatetype, r.aggregateid, r.type, r.payload::text AS payload,
          r.topic, r.headers, r.attempts
   FROM ${t} r
   WHERE r.sent_at IS NULL AND r.skipped_at IS NULL AND r.parked_at IS NULL
     AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.aggregateid = r.aggregateid AND b.first_blocked < r.seq)
+    AND NOT EXISTS (SELECT 1 FROM held h WHERE h.aggregateid = r.aggregateid AND h.first_held <= r.seq)
     AND r.aggregateid <> ALL ($3::text[])
     -- CASE: only try the aggregate lock for rows that are otherwise claimable
     AND CASE WHEN r.next_attempt_at <= now()

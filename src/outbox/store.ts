@@ -138,9 +138,10 @@ export class BatchTx {
    * `exclude`: aggregates this invocation already found stuck behind someone else's row.
    * `inFlight`: the rows of this invocation's batch being published, whose transaction must stay
    * open until this claim has returned (claimSql's $4).
+   * `backedOff`: topics not to claim rows for, with the template that routes rows (claimSql's $5, $6).
    */
-  async claim(limit: number, exclude: string[] = [], inFlight: string[] = []): Promise<ClaimedRow[]> {
-    const params = this.store.guarded ? [limit, this.store.table, exclude, inFlight] : [limit];
+  async claim(limit: number, exclude: string[] = [], inFlight: string[] = [], backedOff: { template: string; topics: string[] } = { template: '', topics: [] }): Promise<ClaimedRow[]> {
+    const params = this.store.guarded ? [limit, this.store.table, exclude, inFlight, backedOff.template, backedOff.topics] : [limit];
     const claimed = this.run('claiming a batch', this.conn.unsafe<ClaimedRow[]>(this.store.claimText, params, this.store.prepared));
     claimed.catch(() => undefined);
     // if BEGIN failed, so did the claim behind it: the connection is the same

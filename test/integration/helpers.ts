@@ -270,3 +270,34 @@ export function firstCopyOrder(messages: Consumed[], orderOf: (id: string) => nu
 export function isSorted(xs: number[]): boolean {
   return xs.every((x, i) => i === 0 || xs[i - 1]! < x);
 }
+
+// The broker's other listeners (scripts/services/kafka.sh): SASL/SCRAM, and the two whose advertised
+// address is a test proxy's (test/integration/kafka-proxy.ts): start the proxy on KAFKA_PROXY_PORT →
+// KAFKA_PROXIED_PORT (or KAFKA_SASL_PROXY_PORT → KAFKA_SASL_PROXIED_PORT) and bootstrap at the proxy.
+export const KAFKA_SASL_BROKERS = '127.0.0.1:9094';
+export const KAFKA_PROXIED_PORT = 9095;
+export const KAFKA_PROXY_PORT = 9096;
+export const KAFKA_SASL_PROXIED_PORT = 9097;
+export const KAFKA_SASL_PROXY_PORT = 9098;
+/** the SCRAM user services.sh up creates (and resets to this password on every up) */
+export const KAFKA_SCRAM_USER = 'relay';
+export const KAFKA_SCRAM_PASSWORD = 'relay-secret';
+
+/**
+ * Create or change a SCRAM credential on the local broker (scripts/services/KafkaScram.java, which
+ * resolves once a login with the new password succeeds on KAFKA_SASL_BROKERS). A test that rotates
+ * the password should put KAFKA_SCRAM_PASSWORD back in a finally; `services.sh up` also does.
+ */
+export async function setScramPassword(user: string, password: string, mechanism: 'SCRAM-SHA-256' | 'SCRAM-SHA-512' | 'both' = 'both'): Promise<void> {
+  const args = ['-XX:TieredStopAtLevel=1', '-XX:+UseSerialGC', '-cp', join(ROOT, '.cache', 'kafka', 'libs', '*'), join(ROOT, 'scripts', 'services', 'KafkaScram.java')];
+  args.push('--bootstrap', KAFKA_BROKERS.split(',')[0]!, '--user', user, '--password', password, '--mechanism', mechanism, '--verify', KAFKA_SASL_BROKERS);
+  const child = spawn('java', args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stdout.on('data', (d: Buffer) => (output += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (output += d.toString()));
+  const code = await new Promise<number | null>((resolve, reject) => {
+    child.on('error', reject); // e.g. no java on PATH
+    child.on('close', resolve);
+  });
+  if (code !== 0) throw new Error(`setScramPassword(${user}, ${mechanism}) failed (exit ${code}): ${output.trim()}`);
+}

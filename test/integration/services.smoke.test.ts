@@ -4,7 +4,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { CompressionTypes, Kafka, logLevel, Partitioners, type Admin, type Consumer, type Producer } from 'kafkajs';
+import { CompressionTypes, Kafka, logLevel, Partitioners, type Admin, type Consumer, type Producer, type SASLOptions } from 'kafkajs';
 import {
   CreateSecretCommand,
   DeleteSecretCommand,
@@ -13,6 +13,7 @@ import {
   SecretsManagerClient,
 } from '@aws-sdk/client-secrets-manager';
 import postgres from 'postgres';
+import { KAFKA_SASL_BROKERS, KAFKA_SCRAM_PASSWORD, KAFKA_SCRAM_USER, setScramPassword } from './helpers.ts';
 
 const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://outbox:outbox@127.0.0.1:5432/outbox';
 const KAFKA_BROKERS = (process.env.KAFKA_BROKERS ?? '127.0.0.1:9092').split(',');
@@ -124,6 +125,49 @@ describe('kafka on 127.0.0.1:9092 (kafkajs)', () => {
     assert.equal(got.value, value);
     assert.deepEqual(got.headers, { id, type: 'OrderCreated' });
     assert.equal(got.partition, meta?.partition);
+  });
+});
+
+describe(`kafka SASL/SCRAM on ${KAFKA_SASL_BROKERS} (kafkajs)`, () => {
+  /** Authenticates (admin connect) and lists topics; rejects with kafkajs's error on a bad login. */
+  async function login(mechanism: 'scram-sha-256' | 'scram-sha-512', password: string): Promise<void> {
+    const admin = new Kafka({
+      clientId: 'services-smoke-sasl',
+      brokers: [KAFKA_SASL_BROKERS],
+      sasl: { mechanism, username: KAFKA_SCRAM_USER, password } as SASLOptions,
+      connectionTimeout: 3_000,
+      retry: { retries: 0 },
+      logLevel: logLevel.NOTHING,
+    }).admin();
+    try {
+      await admin.connect();
+      await admin.listTopics();
+    } finally {
+      await admin.disconnect();
+    }
+  }
+  const refused = { name: 'KafkaJSSASLAuthenticationError' };
+
+  test(`user ${KAFKA_SCRAM_USER}: both mechanisms accept the password and refuse a wrong one; setScramPassword rotates it`, async () => {
+    try {
+      await login('scram-sha-256', KAFKA_SCRAM_PASSWORD);
+    } catch (err) {
+      throw unreachable(`Kafka's SASL listener at ${KAFKA_SASL_BROKERS} (user ${KAFKA_SCRAM_USER})`, err);
+    }
+    await login('scram-sha-512', KAFKA_SCRAM_PASSWORD);
+    await assert.rejects(login('scram-sha-256', 'wrong-secret'), refused);
+    await assert.rejects(login('scram-sha-512', 'wrong-secret'), refused);
+
+    const rotated = `rotated-${randomUUID()}`;
+    try {
+      await setScramPassword(KAFKA_SCRAM_USER, rotated);
+      await login('scram-sha-256', rotated);
+      await login('scram-sha-512', rotated);
+      await assert.rejects(login('scram-sha-256', KAFKA_SCRAM_PASSWORD), refused);
+    } finally {
+      await setScramPassword(KAFKA_SCRAM_USER, KAFKA_SCRAM_PASSWORD);
+    }
+    await login('scram-sha-256', KAFKA_SCRAM_PASSWORD);
   });
 });
 

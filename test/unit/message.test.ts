@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { MessageRejectedError } from '../../src/errors.ts';
-import { encodedSize, toMessage, topicFor, type OutboxRow } from '../../src/kafka/message.ts';
+import { BATCH_OVERHEAD_BYTES, encodedSize, recordBytes, splitBySize, toMessage, topicFor, type OutboundMessage, type OutboxRow } from '../../src/kafka/message.ts';
 
 const row: OutboxRow = {
   seq: '7',
@@ -39,5 +39,39 @@ describe('row → message', () => {
     const big = encodedSize(toMessage({ ...row, payload: JSON.stringify('x'.repeat(10_000)) }, 't'));
     assert.ok(big - small >= 9_900);
     assert.ok(small < 300);
+  });
+});
+
+describe('splitBySize', () => {
+  const msg = (seq: number, bytes: number): OutboundMessage => ({ seq: String(seq), aggregateid: 'a', topic: 't', key: 'a', value: 'v'.repeat(bytes), headers: {} });
+
+  it('keeps the order and puts every message in exactly one send', () => {
+    const msgs = Array.from({ length: 50 }, (_, i) => msg(i, 100 + i * 7));
+    const sends = splitBySize(msgs, 1_000);
+    assert.deepEqual(sends.flat().map((m) => m.seq), msgs.map((m) => m.seq));
+  });
+
+  it('no send is over the limit, batch header included, however many messages share it', () => {
+    const msgs = Array.from({ length: 150 }, (_, i) => msg(i, 1_000));
+    const limit = 100_000;
+    const sends = splitBySize(msgs, limit);
+    assert.ok(sends.length >= 2);
+    for (const s of sends) assert.ok(BATCH_OVERHEAD_BYTES + s.reduce((n, m) => n + recordBytes(m), 0) <= limit);
+    // and each send is as full as the limit allows: adding the next message would cross it
+    for (let i = 0; i < sends.length - 1; i++) {
+      const bytes = BATCH_OVERHEAD_BYTES + sends[i]!.reduce((n, m) => n + recordBytes(m), 0);
+      assert.ok(bytes + recordBytes(sends[i + 1]![0]!) > limit);
+    }
+  });
+
+  it('a message over the limit on its own travels alone (the per-row check decides about it)', () => {
+    const sends = splitBySize([msg(1, 10), msg(2, 5_000), msg(3, 10)], 1_000);
+    assert.deepEqual(sends.map((s) => s.map((m) => m.seq)), [['1'], ['2'], ['3']]);
+  });
+
+  it('record bytes bound what the broker stores: key, value, headers', () => {
+    const m: OutboundMessage = { seq: '1', aggregateid: 'k', topic: 't', key: 'key', value: 'é', headers: { id: 'x' } };
+    assert.equal(recordBytes(m), 21 + 3 + 2 + (2 + 1 + 10));
+    assert.equal(encodedSize(m), BATCH_OVERHEAD_BYTES + recordBytes(m));
   });
 });
