@@ -140,7 +140,7 @@ describe('OUTBOX_SENT_ROWS=delete', () => {
     const f = await fixture(sql, 'delmode');
     const ids = await insertEvents(sql, f.table, [
       ...Array.from({ length: 30 }, (_, i) => ({ aggregateid: `a-${i % 4}`, payload: { i } })),
-      { aggregateid: 'poison', topic: 'no.such.topic' },
+      { aggregateid: 'poison', topic: 'illegal topic!' },
     ]);
     const rt = new Runtime(loadConfig({ ...f.env, OUTBOX_SENT_ROWS: 'delete', OUTBOX_LOG_LEVEL: 'error' }), createLogger('error'));
     try {
