@@ -136,7 +136,7 @@ async function benchRelay(sentRows: 'keep' | 'delete'): Promise<Result> {
   const summary = await runInvocation({ store, publisher, config: config.outbox, logger }, new Deadline(Date.now() + 600_000));
   const r = await result(`relay, one invocation (${sentRows})`, summary.published, start);
   const per = (ms: number) => (ms / summary.batches).toFixed(1);
-  r.note = `${summary.batches} batches, ${summary.heldBack} rows held back; per batch waited: claim ${per(summary.waitedMs.claim)} ms, publish ${per(summary.waitedMs.publish)} ms, settle ${per(summary.waitedMs.settle)} ms`;
+  r.note = `${summary.batches} batches, ${summary.heldBack} rows held back; per batch waited: claim ${per(summary.waitedMs.claim)} ms, publish ${per(summary.waitedMs.publish)} ms, commit ${per(summary.waitedMs.commit)} ms`;
   await publisher.close();
   if (summary.published !== N) throw new Error(`relay published ${summary.published} of ${N}: ${JSON.stringify(summary)}`);
   await drop(table);
@@ -173,7 +173,7 @@ async function benchSql(guard: boolean, sentRows: 'keep' | 'delete' = 'keep'): P
     const tx = await store.begin(deadline);
     const rows = await tx.claim(BATCH);
     const ok = rows.filter((r) => r.publishable).map((r) => r.seq);
-    await tx.settle(ok, []);
+    await tx.markAndCommit(ok, []);
     done += ok.length;
     if (rows.length < BATCH) break;
   }

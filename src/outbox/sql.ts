@@ -41,14 +41,13 @@ import type { ParkedPolicy } from '../config.ts';
  * single relay's steady state; with other relays' rows or foreign locks in the way, the probes run.
  */
 export function claimSql(t: string, policy: ParkedPolicy): string {
-  const parkedBlocks = policy === 'hold' ? 'parked_at IS NOT NULL OR ' : '';
   return `
 WITH blocked AS MATERIALIZED (
   -- only rows that failed at least once (partial index on attempts > 0): normally none
   SELECT aggregateid, min(seq) AS first_blocked
   FROM ${t}
   WHERE sent_at IS NULL AND skipped_at IS NULL AND attempts > 0
-    AND (${parkedBlocks}next_attempt_at > now())
+    AND (${blockingRows(policy)})
   GROUP BY aggregateid
 ),
 held AS MATERIALIZED (
@@ -148,13 +147,36 @@ LIMIT $1
 FOR UPDATE SKIP LOCKED`;
 }
 
-/** Is anything pending and due at all (locked or not)? Tells "empty" from "others hold it". */
-export function anyDueSql(t: string): string {
+/**
+ * After a claim came back empty, why? `claimable`: some pending row is due and not behind a
+ * failed row of its aggregate, so only locks kept us from it (other invocations hold it, or it was
+ * committed just now). Else `pending`: unsent rows exist, all backing off or waiting behind a
+ * backing-off (or, under the hold policy, parked) row. Neither: nothing is left to send.
+ */
+export function whyEmptySql(t: string, policy: ParkedPolicy): string {
   return `
-SELECT EXISTS (
-  SELECT 1 FROM ${t}
-  WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL AND next_attempt_at <= now()
-) AS due`;
+WITH blocked AS MATERIALIZED (
+  SELECT aggregateid, min(seq) AS first_blocked
+  FROM ${t}
+  WHERE sent_at IS NULL AND skipped_at IS NULL AND attempts > 0
+    AND (${blockingRows(policy)})
+  GROUP BY aggregateid
+)
+SELECT
+  EXISTS (
+    SELECT 1 FROM ${t} r
+    WHERE r.sent_at IS NULL AND r.skipped_at IS NULL AND r.parked_at IS NULL AND r.next_attempt_at <= now()
+      AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.aggregateid = r.aggregateid AND b.first_blocked < r.seq)
+  ) AS claimable,
+  EXISTS (
+    SELECT 1 FROM ${t}
+    WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL
+  ) AS pending`;
+}
+
+/** The failed rows that hold their aggregate's later rows back: backing off, and parked under `hold`. */
+function blockingRows(policy: ParkedPolicy): string {
+  return `${policy === 'hold' ? 'parked_at IS NOT NULL OR ' : ''}next_attempt_at > now()`;
 }
 
 export function markSentSql(t: string): string {

@@ -7,32 +7,21 @@ import type { ParkedPolicy } from '../config.ts';
 import type { Deadline } from '../budget.ts';
 import { DatabaseError, DeadlineExceededError } from '../errors.ts';
 import { socketsFlushed } from '../event-loop.ts';
-import type { OutboxRow } from '../kafka/message.ts';
+import type { BatchTransaction, ClaimFilter, ClaimedRow, NothingClaimable, Store } from '../loop/ports.ts';
+import type { Failure } from '../loop/settlement.ts';
 import * as q from './sql.ts';
 import { qualified, type TableName } from './identifier.ts';
 import type { PendingQuery, ReservedSql, Row, Sql } from 'postgres';
 
-export interface ClaimedRow extends OutboxRow {
-  publishable: boolean;
-  /** the unsent row of this aggregate, not in the claim, that holds this one back */
-  first_gap?: string | null;
-  /** held back behind a row that a transaction other than a relay's holds locked */
-  waitsOnForeignLock?: boolean;
-}
+export type { ClaimedRow, Failure };
 
-export interface Failure {
-  seq: string;
-  error: string;
-  delayMs: number;
-  park: boolean;
-}
-
-export class OutboxStore {
+export class OutboxStore implements Store {
   readonly table: string;
   readonly claimText: string;
   /** false: no order guard (benchmark comparison only) */
   readonly guarded: boolean;
   readonly markText: string;
+  private readonly whyEmptyText: string;
   /** named prepared statements for the per-batch queries, unless DATABASE_PREPARE=false (PgBouncer, RDS Proxy) */
   readonly prepared: { prepare: boolean };
   /** set when a statement was abandoned mid-flight: the client must be replaced */
@@ -57,6 +46,7 @@ export class OutboxStore {
     this.claimText = guard ? q.claimSql(this.table, policy) : q.claimUnguardedSql(this.table);
     this.guarded = guard;
     this.markText = sentRows === 'delete' ? q.deleteSentSql(this.table) : q.markSentSql(this.table);
+    this.whyEmptyText = q.whyEmptySql(this.table, policy);
   }
 
   /**
@@ -65,14 +55,15 @@ export class OutboxStore {
    * pipelines), so a claim costs one round trip, not three. That matters because the claim runs
    * while the previous batch is being encoded for Kafka on the same event loop.
    *
-   * `after`: a batch whose COMMIT has just been sent (commitPremarked). The new transaction takes
+   * `after`: a batch whose COMMIT has just been sent (commitIfAllPremarked). The new transaction takes
    * over its connection, so the database runs this BEGIN and claim only after that COMMIT: the
    * claim's snapshot sees the previous batch as sent and its aggregates as free. On a connection
    * of its own, the claim would race the COMMIT, skip the rows of the aggregates still locked by
    * it, take their later rows once the COMMIT landed, and then have to hold them all back.
    */
-  async begin(deadline: Deadline, after?: BatchTx): Promise<BatchTx> {
-    const conn = after?.handOver() ?? (await this.bounded(deadline, 'reserving a database connection', this.sql.reserve()));
+  async begin(deadline: Deadline, after?: BatchTransaction): Promise<BatchTx> {
+    const handed = after instanceof BatchTx ? after.handOver() : undefined;
+    const conn = handed ?? (await this.bounded(deadline, 'reserving a database connection', this.sql.reserve()));
     const tx = new BatchTx(this, conn, deadline);
     const stmtMs = String(Math.max(1, deadline.remaining()));
     // the transaction may sit idle while the batch is on its way to Kafka; never past the deadline
@@ -86,9 +77,10 @@ export class OutboxStore {
     return tx;
   }
 
-  async anyDue(deadline: Deadline): Promise<boolean> {
-    const rows = await this.bounded(deadline, 'checking for due rows', this.sql.unsafe<{ due: boolean }[]>(q.anyDueSql(this.table)));
-    return rows[0]?.due ?? false;
+  /** After an empty claim: are rows there for others to take, only waiting behind failed rows, or none at all? */
+  async nothingClaimable(deadline: Deadline): Promise<NothingClaimable> {
+    const [r] = await this.bounded(deadline, 'checking why nothing was claimable', this.sql.unsafe<{ claimable: boolean; pending: boolean }[]>(this.whyEmptyText));
+    return r?.claimable ? 'locked' : r?.pending ? 'behind-failed-rows' : 'empty';
   }
 
   async prune(retainMs: number, limit: number, deadline: Deadline): Promise<number> {
@@ -110,12 +102,17 @@ export class OutboxStore {
   }
 }
 
-export class BatchTx {
-  private done = false;
-  /** COMMIT sent (commitPremarked), answer pending */
-  private commitSent = false;
-  /** the connection now belongs to the next batch's transaction (begin's `after`) */
-  private handedOver = false;
+/**
+ * open: BEGIN sent, statements may follow. committing: COMMIT written, answer pending (the
+ * connection may be handed to the next batch's transaction meanwhile). ended: committed, rolled
+ * back or failed; the connection was released, unless it was handed over.
+ */
+type TxState = 'open' | 'committing' | 'ended';
+
+export class BatchTx implements BatchTransaction {
+  private state: TxState = 'open';
+  /** who uses the connection: this transaction, or the next batch's (begin's `after`), once */
+  private connectionUser: 'this' | 'next' = 'this';
   /** the rows premark() marked behind the savepoint, and whether those statements succeeded */
   private premarked?: { seqs: Set<string>; written: Promise<boolean> };
   /** BEGIN and the timeouts, in flight ahead of the first statement (see OutboxStore.begin) */
@@ -135,13 +132,13 @@ export class BatchTx {
   }
 
   /**
-   * `exclude`: aggregates this invocation already found stuck behind someone else's row.
-   * `inFlight`: the rows of this invocation's batch being published, whose transaction must stay
-   * open until this claim has returned (claimSql's $4).
-   * `backedOff`: topics not to claim rows for, with the template that routes rows (claimSql's $5, $6).
+   * `filter.aggregates`: aggregates this invocation already found stuck behind someone else's row.
+   * `filter.inFlight`: the rows of this invocation's batch being published, whose transaction must
+   * stay open until this claim has returned (claimSql's $4).
+   * `filter.topics`: topics not to claim rows for, with the template that routes rows (claimSql's $5, $6).
    */
-  async claim(limit: number, exclude: string[] = [], inFlight: string[] = [], backedOff: { template: string; topics: string[] } = { template: '', topics: [] }): Promise<ClaimedRow[]> {
-    const params = this.store.guarded ? [limit, this.store.table, exclude, inFlight, backedOff.template, backedOff.topics] : [limit];
+  async claim(limit: number, filter: ClaimFilter = { aggregates: [], inFlight: [], topics: [], topicTemplate: '' }): Promise<ClaimedRow[]> {
+    const params = this.store.guarded ? [limit, this.store.table, filter.aggregates, filter.inFlight, filter.topicTemplate, filter.topics] : [limit];
     const claimed = this.run('claiming a batch', this.conn.unsafe<ClaimedRow[]>(this.store.claimText, params, this.store.prepared));
     claimed.catch(() => undefined);
     // if BEGIN failed, so did the claim behind it: the connection is the same
@@ -162,15 +159,15 @@ export class BatchTx {
    * Write the marks of the rows about to be sent while they are on their way to the broker, behind
    * a savepoint and uncommitted: the UPDATE's work (a new row version and its index entries per
    * row) then overlaps the send instead of following the ack, and settle() has only to COMMIT.
-   * Nothing is visible to anyone before that COMMIT, which settle() sends only after the acks
-   * (G1); a crash rolls the marks back with the transaction. If not every row is acked, settle()
+   * Nothing is visible to anyone before that COMMIT, which is sent only after the acks (G1); a
+   * crash rolls the marks back with the transaction. If not every row is acked, markAndCommit()
    * returns to the savepoint and marks exactly the acked ones.
    */
   premark(seqs: string[]): void {
     if (seqs.length === 0 || this.store.connectionLost) return;
     const seqSet = new Set(seqs);
     const statements = [this.run('opening the premark savepoint', this.conn`SAVEPOINT premark`), this.run('marking rows sent', this.conn.unsafe(this.store.markText, [seqs], this.store.prepared))];
-    // settled here so a failure is never unhandled; settle() looks at the outcome
+    // settled here so a failure is never unhandled; the commit methods look at the outcome
     const written = Promise.all([this.opened, ...statements]).then(
       () => true,
       () => false,
@@ -181,36 +178,39 @@ export class BatchTx {
   /**
    * The usual ending of a batch: every premarked row was acked and nothing failed, so only COMMIT
    * is left. Resolves once the COMMIT has been written to the socket (not answered), with a
-   * promise of its outcome; resolves undefined when the batch needs settle() instead.
+   * promise of its answer; resolves undefined when the batch needs markAndCommit() instead.
    */
-  async commitPremarked(sent: string[], failures: Failure[]): Promise<{ committed: Promise<void> } | undefined> {
+  async commitIfAllPremarked(sent: string[], failures: Failure[]): Promise<{ answer: Promise<void> } | undefined> {
     const pre = this.premarked;
     if (!pre || failures.length > 0 || sent.length !== pre.seqs.size || !sent.every((s) => pre.seqs.has(s))) return undefined;
     if (!(await pre.written)) return undefined;
     this.premarked = undefined;
-    const committed = this.run('committing the batch', this.conn`COMMIT`).then(
-      () => {
-        this.done = true;
-        if (!this.handedOver) this.conn.release();
-      },
-      async (err: unknown) => {
-        // a failed COMMIT has ended the transaction; a connection handed over is not ours to touch
-        if (this.handedOver) this.done = true;
-        else await this.rollback();
+    const answer = this.run('committing the batch', this.conn`COMMIT`).then(
+      () => this.end(),
+      (err: unknown) => {
+        // a failed COMMIT has ended the transaction on the server too
+        this.end();
         throw err;
       },
     );
-    committed.catch(() => undefined);
-    this.commitSent = true;
+    answer.catch(() => undefined);
+    this.state = 'committing';
     await socketsFlushed();
-    return { committed };
+    return { answer };
   }
 
-  /** The connection, for the next batch's transaction, once this one's COMMIT is sent; once. */
+  /** The connection, for the next batch's transaction, while this one's COMMIT is on the wire; once. */
   handOver(): ReservedSql | undefined {
-    if (!this.commitSent || this.handedOver || this.done || this.store.connectionLost) return undefined;
-    this.handedOver = true;
+    if (this.state !== 'committing' || this.connectionUser !== 'this' || this.store.connectionLost) return undefined;
+    this.connectionUser = 'next';
     return this.conn;
+  }
+
+  /** The transaction is over: release the connection unless the next batch's transaction has it. */
+  private end(): void {
+    if (this.state === 'ended') return;
+    this.state = 'ended';
+    if (this.connectionUser === 'this') this.conn.release();
   }
 
   /**
@@ -219,13 +219,13 @@ export class BatchTx {
    * and the COMMIT only ends it, so a failure anywhere means nothing of the batch was recorded.
    * Premarks are undone first: the acked rows are marked again, exactly.
    */
-  async settle(sent: string[], failures: Failure[]): Promise<void> {
+  async markAndCommit(sent: string[], failures: Failure[]): Promise<void> {
     await this.opened;
     const statements: Promise<unknown>[] = [];
     const pre = this.premarked;
     this.premarked = undefined;
     if (pre) {
-      // Not every premarked row was acked (commitPremarked handles that case), or the premark
+      // Not every premarked row was acked (commitIfAllPremarked handles that case), or the premark
       // failed and left the transaction aborted: back to the savepoint, then mark exactly the acked.
       await pre.written;
       statements.push(this.run('undoing the premarks', this.conn`ROLLBACK TO SAVEPOINT premark`));
@@ -251,20 +251,18 @@ export class BatchTx {
       await this.rollback();
       throw failed.reason;
     }
-    this.done = true;
-    this.conn.release();
+    this.end();
   }
 
   /** Never throws: a rollback that cannot reach the server is a rollback the server does itself. */
   async rollback(): Promise<void> {
-    if (this.done || this.handedOver) return;
-    this.done = true;
+    if (this.state !== 'open') return;
     try {
       if (!this.store.poisoned) await this.deadlineFree(this.conn`ROLLBACK`);
     } catch {
       this.store.poisoned = true;
     } finally {
-      this.conn.release();
+      this.end();
     }
   }
 

@@ -1,0 +1,79 @@
+// Planning a batch (pure): which claimed rows become messages now, which are rejected before any
+// send (they can never be sent as they are), and which wait, uncharged, for a later batch.
+import { MessageRejectedError } from '../errors.ts';
+import { encodedSize, toMessage, type OutboundMessage, type OutboxRow } from '../kafka/message.ts';
+
+export interface Plan {
+  /** in seq order; an aggregate's messages are a prefix of its rows in the batch */
+  messages: OutboundMessage[];
+  /** rows that can never be sent as they are (illegal topic, too large): charged an attempt */
+  rejected: Array<{ seq: string; error: MessageRejectedError }>;
+  /** rows that wait, uncharged: behind a rejected row, a change of topic, or a backed-off topic */
+  waiting: string[];
+}
+
+export interface PlanContext {
+  topicTemplate: string;
+  /** max.message.bytes per topic (planLimits lists the topics to look up) */
+  limits: ReadonlyMap<string, number>;
+  /** topics the broker refused as a whole in this invocation */
+  backedOff: ReadonlySet<string>;
+}
+
+/** The topics whose size limit planBatch needs: those of rows that could be sent. */
+export function topicsToSend(rows: OutboxRow[], topicTemplate: string, backedOff: ReadonlySet<string>): string[] {
+  const topics = new Set<string>();
+  for (const row of rows) {
+    try {
+      const { topic } = toMessage(row, topicTemplate);
+      if (!backedOff.has(topic)) topics.add(topic);
+    } catch {
+      // an illegal topic name: planBatch rejects the row without asking the broker
+    }
+  }
+  return [...topics];
+}
+
+/** `rows` in seq order. Once a row of an aggregate is not sent now, none of its later rows is (G4). */
+export function planBatch(rows: OutboxRow[], ctx: PlanContext): Plan {
+  const plan: Plan = { messages: [], rejected: [], waiting: [] };
+  const stopped = new Set<string>();
+  const topicOf = new Map<string, string>();
+  for (const row of rows) {
+    if (stopped.has(row.aggregateid)) {
+      plan.waiting.push(row.seq);
+      continue;
+    }
+    let m: OutboundMessage;
+    try {
+      m = toMessage(row, ctx.topicTemplate);
+    } catch (err) {
+      if (!(err instanceof MessageRejectedError)) throw err;
+      plan.rejected.push({ seq: row.seq, error: err });
+      stopped.add(row.aggregateid);
+      continue;
+    }
+    // Topics are sent concurrently and fail independently, so a later row of an aggregate bound
+    // for another topic (a per-row topic override) could be acked while an earlier one fails:
+    // G4 broken. Publish an aggregate's rows only up to its first change of topic; the rest wait
+    // for a later batch, which takes them once the earlier rows were acked. Rows claimed before
+    // their topic was backed off (the claim ahead) wait too.
+    const first = topicOf.get(row.aggregateid) ?? m.topic;
+    topicOf.set(row.aggregateid, first);
+    if (first !== m.topic || ctx.backedOff.has(m.topic)) {
+      plan.waiting.push(row.seq);
+      stopped.add(row.aggregateid);
+      continue;
+    }
+    const limit = ctx.limits.get(m.topic);
+    const size = encodedSize(m);
+    if (limit !== undefined && size > limit) {
+      const error = new MessageRejectedError(`message is ${size} bytes, over the ${limit}-byte limit of topic ${m.topic}: shrink the payload or raise max.message.bytes / OUTBOX_MAX_MESSAGE_BYTES`, true);
+      plan.rejected.push({ seq: row.seq, error });
+      stopped.add(row.aggregateid);
+      continue;
+    }
+    plan.messages.push(m);
+  }
+  return plan;
+}

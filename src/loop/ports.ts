@@ -1,0 +1,54 @@
+// What the invocation loop needs from the database and from Kafka. OutboxStore/BatchTx
+// (src/outbox/store.ts) and KafkajsPublisher implement them against the real services; the
+// model-based tests implement them in memory.
+import type { Deadline } from '../budget.ts';
+import type { OutboxRow } from '../kafka/message.ts';
+import type { Failure } from './settlement.ts';
+
+export interface ClaimedRow extends OutboxRow {
+  /** false: an earlier unsent row of its aggregate is outside this claim, so this one waits (G4) */
+  publishable: boolean;
+  /** the unsent row of this aggregate, not in the claim, that holds this one back */
+  first_gap?: string | null;
+  /** held back behind a row that a transaction other than a relay's holds locked */
+  waitsOnForeignLock?: boolean;
+}
+
+/** What a claim leaves out, besides rows others hold. */
+export interface ClaimFilter {
+  /** aggregates this invocation found stuck behind a foreign lock */
+  aggregates: string[];
+  /** the rows of this invocation's batch in flight: theirs is no gap (they are other aggregates) */
+  inFlight: string[];
+  /** topics backed off in this invocation, and the template that routes rows without a topic */
+  topics: string[];
+  topicTemplate: string;
+}
+
+/** Why a claim found nothing (rows locked by others, or waiting behind failed rows, or none). */
+export type NothingClaimable = 'locked' | 'behind-failed-rows' | 'empty';
+
+/** One batch's transaction: open → (COMMIT on the wire) → ended. */
+export interface BatchTransaction {
+  /** Up to `limit` rows in seq order, locked by this transaction, with the order guard's verdict. */
+  claim(limit: number, filter: ClaimFilter): Promise<ClaimedRow[]>;
+  /** Write the marks of rows about to be sent, uncommitted, while they are on their way (see store). */
+  premark(seqs: string[]): void;
+  /**
+   * If exactly the premarked rows were acked and nothing failed: write COMMIT and resolve (once it
+   * is on the wire) with its answer, which the caller reads later (wrapped: a promise resolved
+   * with a promise would wait for it). Otherwise resolve undefined.
+   */
+  commitIfAllPremarked(sent: string[], failures: Failure[]): Promise<{ answer: Promise<void> } | undefined>;
+  /** Mark exactly `sent`, record `failures`, COMMIT, and wait for the answer. */
+  markAndCommit(sent: string[], failures: Failure[]): Promise<void>;
+  /** Never throws; a no-op once the transaction has ended or its COMMIT is on the wire. */
+  rollback(): Promise<void>;
+}
+
+export interface Store {
+  /** Open a batch transaction; `after`: a transaction whose COMMIT is on the wire, to follow on its connection. */
+  begin(deadline: Deadline, after?: BatchTransaction): Promise<BatchTransaction>;
+  nothingClaimable(deadline: Deadline): Promise<NothingClaimable>;
+  prune(retainMs: number, limit: number, deadline: Deadline): Promise<number>;
+}

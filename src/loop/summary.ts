@@ -1,0 +1,67 @@
+// What an invocation reports: counts, where its time went, and why it stopped.
+
+/** Why an invocation ended. The last two fail the invocation (Lambda's Errors metric sees them). */
+export type StopReason =
+  | 'empty' // nothing left to send: no pending row (parked rows may remain; `status` lists them)
+  | 'behind-failed-rows' // every pending row is backing off, or waits behind a backing-off or parked row of its aggregate
+  | 'locked' // claimable rows exist, but other transactions hold them: other invocations, usually
+  | 'behind-foreign-locks' // what is left waits behind rows that a transaction other than a relay's holds
+  | 'topics-backed-off' // what is left is bound for topics the broker refused in this invocation
+  | 'budget' // not enough time left for another batch
+  | 'broker-unavailable'
+  | 'database-error';
+
+export interface Summary {
+  /** rows published or attempted (held-back rows excluded) */
+  claimed: number;
+  published: number;
+  retried: number;
+  parked: number;
+  /** distinct rows that had to wait behind an earlier row of their aggregate that this invocation could not take */
+  heldBack: number;
+  batches: number;
+  pruned: number;
+  /** topics the broker refused as a whole in this invocation (deleted, unknown, forbidden): their rows wait, uncharged */
+  topicsBackedOff: string[];
+  durationMs: number;
+  /**
+   * where the loop's time went, ms: waiting for claims (not hidden behind a publish), publishing
+   * (encode, send, acks) and for the COMMITs' answers. For tuning; their sum is ~durationMs.
+   */
+  waitedMs: { claim: number; publish: number; commit: number };
+  stoppedBecause: StopReason;
+  error?: string;
+}
+
+export function newSummary(): Summary {
+  return {
+    claimed: 0,
+    published: 0,
+    retried: 0,
+    parked: 0,
+    heldBack: 0,
+    batches: 0,
+    pruned: 0,
+    topicsBackedOff: [],
+    durationMs: 0,
+    waitedMs: { claim: 0, publish: 0, commit: 0 },
+    stoppedBecause: 'budget',
+  };
+}
+
+/** Awaits `p`, adding the time spent to `summary.waitedMs[what]`. */
+export async function timed<T>(summary: Summary, what: keyof Summary['waitedMs'], p: Promise<T>): Promise<T> {
+  const t0 = performance.now();
+  try {
+    return await p;
+  } finally {
+    summary.waitedMs[what] += performance.now() - t0;
+  }
+}
+
+export function finish(summary: Summary, startedAt: number, reason: StopReason): Summary {
+  summary.stoppedBecause = reason;
+  summary.durationMs = Date.now() - startedAt;
+  for (const k of Object.keys(summary.waitedMs) as (keyof Summary['waitedMs'])[]) summary.waitedMs[k] = Math.round(summary.waitedMs[k]);
+  return summary;
+}

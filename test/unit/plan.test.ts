@@ -1,0 +1,82 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import type { OutboxRow } from '../../src/kafka/message.ts';
+import { planBatch, topicsToSend, type PlanContext } from '../../src/loop/plan.ts';
+import { settle } from '../../src/loop/settlement.ts';
+import { MessageRejectedError } from '../../src/errors.ts';
+
+let seq = 0;
+function row(aggregateid: string, over: Partial<OutboxRow> = {}): OutboxRow {
+  seq++;
+  return { seq: String(seq), id: `id-${seq}`, aggregatetype: 'order', aggregateid, type: 'T', payload: '{}', topic: null, headers: null, attempts: 0, ...over };
+}
+const ctx = (over: Partial<PlanContext> = {}): PlanContext => ({ topicTemplate: 'e.{aggregatetype}', limits: new Map(), backedOff: new Set(), ...over });
+const seqs = (xs: Array<{ seq: string }>) => xs.map((x) => x.seq);
+
+describe('planBatch', () => {
+  it('every row sendable: all become messages, in order', () => {
+    const rows = [row('a'), row('b'), row('a')];
+    const plan = planBatch(rows, ctx());
+    assert.deepEqual(seqs(plan.messages), seqs(rows));
+    assert.deepEqual([plan.rejected, plan.waiting], [[], []]);
+  });
+
+  it('a row that can never be sent is rejected; its aggregate\'s later rows wait; other aggregates go', () => {
+    const [a1, b1, a2, b2] = [row('a', { topic: 'bad topic!' }), row('b'), row('a'), row('b')];
+    const plan = planBatch([a1, b1, a2, b2], ctx());
+    assert.deepEqual(seqs(plan.rejected), [a1.seq]);
+    assert.match(plan.rejected[0]!.error.message, /not a legal Kafka topic name/);
+    assert.equal(plan.rejected[0]!.error.permanent, false);
+    assert.deepEqual(plan.waiting, [a2.seq]);
+    assert.deepEqual(seqs(plan.messages), [b1.seq, b2.seq]);
+  });
+
+  it('over the topic\'s limit: rejected as permanent (parked at once), later rows wait', () => {
+    const [big, next, other] = [row('a', { payload: JSON.stringify('x'.repeat(2_000)) }), row('a'), row('b')];
+    const plan = planBatch([big, next, other], ctx({ limits: new Map([['e.order', 1_000]]) }));
+    assert.deepEqual(seqs(plan.rejected), [big.seq]);
+    assert.equal(plan.rejected[0]!.error.permanent, true);
+    assert.match(plan.rejected[0]!.error.message, /over the 1000-byte limit of topic e\.order/);
+    assert.deepEqual(plan.waiting, [next.seq]);
+    assert.deepEqual(seqs(plan.messages), [other.seq]);
+  });
+
+  it('an aggregate changing topic mid-batch: its rows up to the change go, the rest wait (uncharged)', () => {
+    const rows = [row('a'), row('a', { topic: 'other' }), row('a'), row('b', { topic: 'other' })];
+    const plan = planBatch(rows, ctx());
+    assert.deepEqual(seqs(plan.messages), [rows[0]!.seq, rows[3]!.seq]);
+    assert.deepEqual(plan.waiting, [rows[1]!.seq, rows[2]!.seq]);
+    assert.deepEqual(plan.rejected, []);
+  });
+
+  it('a backed-off topic: its rows and their aggregates\' later rows wait, uncharged', () => {
+    const rows = [row('a', { topic: 'gone' }), row('a'), row('b'), row('c', { topic: 'gone' })];
+    const plan = planBatch(rows, ctx({ backedOff: new Set(['gone']) }));
+    assert.deepEqual(seqs(plan.messages), [rows[2]!.seq]);
+    assert.deepEqual(plan.waiting, [rows[0]!.seq, rows[1]!.seq, rows[3]!.seq]);
+  });
+
+  it('topicsToSend lists the legal, not backed-off topics', () => {
+    const rows = [row('a'), row('b', { topic: 'bad topic!' }), row('c', { topic: 'x' }), row('d', { topic: 'gone' }), row('e')];
+    assert.deepEqual(topicsToSend(rows, 'e.{aggregatetype}', new Set(['gone'])).sort(), ['e.order', 'x']);
+  });
+});
+
+describe('settle', () => {
+  const policy = { maxAttempts: 3, backoffBaseMs: 1_000, backoffMaxMs: 10_000 };
+  it('acked rows are sent; rejected rows get an attempt with backoff, or are parked at the last attempt or when permanent', () => {
+    const rejected = [
+      { seq: '1', error: new MessageRejectedError('flaky') },
+      { seq: '2', error: new MessageRejectedError('too large', true) },
+      { seq: '3', error: new MessageRejectedError('flaky again') },
+    ];
+    const attempts = new Map([['1', 0], ['2', 0], ['3', 2]]);
+    const s = settle(['7', '8'], rejected, (seq) => attempts.get(seq) ?? 0, policy, () => 1);
+    assert.deepEqual(s.sent, ['7', '8']);
+    assert.deepEqual(s.failures, [
+      { seq: '1', error: 'flaky', park: false, delayMs: 1_000 },
+      { seq: '2', error: 'too large', park: true, delayMs: 0 },
+      { seq: '3', error: 'flaky again', park: true, delayMs: 0 },
+    ]);
+  });
+});
