@@ -56,7 +56,13 @@ function frameSplitter(onFrame: (frame: Buffer) => void): (chunk: Buffer) => voi
  * Listens on 127.0.0.1:listenPort and forwards each connection to host:targetPort
  * (host defaults to 127.0.0.1).
  */
-export async function startKafkaProxy(opts: { listenPort: number; targetPort: number; host?: string }): Promise<KafkaProxy> {
+export async function startKafkaProxy(opts: {
+  listenPort: number;
+  targetPort: number;
+  host?: string;
+  /** called as each Produce request passes on to the broker (tests that order events across proxies) */
+  onProduceRequest?: () => void;
+}): Promise<KafkaProxy> {
   let mode: ProduceAnswers = 'pass';
   let holdMs = 0;
   let dropped = 0;
@@ -80,7 +86,10 @@ export async function startKafkaProxy(opts: { listenPort: number; targetPort: nu
       'data',
       frameSplitter((frame) => {
         const apiKey = frame.readInt16BE(4);
-        if (apiKey === PRODUCE) produceRequests++;
+        if (apiKey === PRODUCE) {
+          produceRequests++;
+          opts.onProduceRequest?.();
+        }
         apiKeyOf.set(frame.readInt32BE(8), apiKey);
         upstream.write(frame);
       }),

@@ -39,3 +39,41 @@ describe('BatchTimer', () => {
     assert.equal(t.expected(), 400);
   });
 });
+
+describe('Deadline: edges', () => {
+  const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+  it('minus is the same deadline earlier, on the same clock; expired only once nothing remains', () => {
+    let now = 1_000;
+    const d = new Deadline(5_000, () => now);
+    const earlier = d.minus(1_500);
+    assert.equal(earlier.at, 3_500);
+    assert.equal(earlier.remaining(), 2_500);
+    assert.equal(d.expired(), false);
+    now = 4_999;
+    assert.equal(d.expired(), false);
+    assert.equal(earlier.expired(), true);
+    now = 5_000;
+    assert.equal(d.expired(), true);
+  });
+
+  it('race without onTimeout still rejects at the deadline', async () => {
+    await assert.rejects(new Deadline(Date.now() + 20).race('hung call', new Promise(() => undefined)), DeadlineExceededError);
+  });
+
+  it('a race that is won stops its timer: onTimeout is never called afterwards', async () => {
+    let cancelled = false;
+    assert.equal(await new Deadline(Date.now() + 20).race('quick', Promise.resolve(1), () => (cancelled = true)), 1);
+    await sleep(60);
+    assert.equal(cancelled, false);
+  });
+
+  it('an expired race cancels at once, and a rejection of the abandoned promise is never unhandled', async () => {
+    let cancelled = false;
+    const late = new Promise<never>((_, reject) => setTimeout(() => reject(new Error('answered too late')), 10));
+    await assert.rejects(new Deadline(Date.now() - 1).race('late', late, () => (cancelled = true)), DeadlineExceededError);
+    assert.ok(cancelled);
+    // an unhandled rejection would fail this test
+    await sleep(40);
+  });
+});

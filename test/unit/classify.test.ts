@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import kafkajs from 'kafkajs';
-import { classifySendError } from '../../src/kafka/classify.ts';
+import { classifySendError, errorTypes, isSaslAuthError } from '../../src/kafka/classify.ts';
 import { BrokerUnavailableError, DeadlineExceededError } from '../../src/errors.ts';
 
 // kafkajs is CommonJS and spreads its error classes into module.exports: only the default import sees them
@@ -64,5 +64,111 @@ describe('classifySendError', () => {
   it('credentials win over what they caused: a reconnect refused during a retried send', () => {
     const r = classifySendError(new KafkaJSNumberOfRetriesExceeded(saslError('bad'), { retryCount: 3, retryTime: 1 }), 't');
     assert.equal(r.scope, 'auth');
+  });
+});
+
+describe('classifySendError: every code in its scope', () => {
+  it('record codes: the row is charged; only CORRUPT_MESSAGE may succeed when retried (not permanent)', () => {
+    for (const [type, permanent] of [['MESSAGE_TOO_LARGE', true], ['RECORD_LIST_TOO_LARGE', true], ['INVALID_RECORD', true], ['CORRUPT_MESSAGE', false]] as const) {
+      const err = protocol(type);
+      const r = classifySendError(err, 'orders');
+      assert.ok(r.scope === 'record', type);
+      assert.equal(r.code, type);
+      assert.equal(r.error.permanent, permanent, type);
+      assert.equal(r.error.message, `broker rejected the message (${type}) on topic orders`);
+      assert.equal(r.error.cause, err);
+    }
+  });
+
+  it('topic codes: backed off, not permanent, with a hint of what to do', () => {
+    const hints: Record<string, RegExp> = {
+      UNKNOWN_TOPIC_OR_PARTITION: /does not exist \(or was deleted\) and auto-creation is off/,
+      KafkaJSTopicMetadataNotLoaded: /the broker has no partitions for the topic/,
+      TOPIC_AUTHORIZATION_FAILED: /grant WRITE on the topic/,
+      UNKNOWN_TOPIC_ID: /: fix the topic name or its configuration$/,
+      INCONSISTENT_TOPIC_ID: /: fix the topic name or its configuration$/,
+      INVALID_TOPIC_EXCEPTION: /: fix the topic name or its configuration$/,
+      TOPIC_DELETION_DISABLED: /: fix the topic name or its configuration$/,
+      POLICY_VIOLATION: /: fix the topic name or its configuration$/,
+    };
+    for (const [type, hint] of Object.entries(hints)) {
+      const err = type.startsWith('KafkaJS') ? Object.assign(new Error('no metadata'), { name: type }) : protocol(type);
+      const r = classifySendError(err, 'orders');
+      assert.ok(r.scope === 'topic', type);
+      assert.equal(r.code, type);
+      assert.equal(r.error.permanent, false, type);
+      assert.ok(r.error.message.startsWith(`cannot publish to topic orders (${type}): `), r.error.message);
+      assert.match(r.error.message, hint);
+      assert.equal(r.error.cause, err);
+    }
+  });
+
+  it('producer codes: a new producer, the cause kept', () => {
+    for (const type of ['OUT_OF_ORDER_SEQUENCE_NUMBER', 'UNKNOWN_PRODUCER_ID', 'INVALID_PRODUCER_EPOCH', 'DUPLICATE_SEQUENCE_NUMBER', 'INVALID_PRODUCER_ID_MAPPING', 'PRODUCER_FENCED']) {
+      const err = protocol(type);
+      const r = classifySendError(err, 'orders');
+      assert.ok(r.scope === 'producer', type);
+      assert.equal(r.code, type);
+      assert.equal(r.error.message, `the broker refused the producer's state (${type}) on topic orders: ${type}`);
+      assert.equal(r.error.cause, err);
+    }
+  });
+
+  it('auth keeps the cause; broker wraps the message and keeps the cause; a deadline passes through as is', () => {
+    const sasl = saslError('bad');
+    const auth = classifySendError(sasl, 't');
+    assert.equal(auth.error.cause, sasl);
+
+    const down = new KafkaJSConnectionError('Connection error: ECONNREFUSED');
+    const broker = classifySendError(down, 't');
+    assert.equal(broker.scope, 'broker');
+    assert.ok(broker.error instanceof BrokerUnavailableError);
+    assert.equal(broker.error.message, 'broker unavailable: Connection error: ECONNREFUSED');
+    assert.equal(broker.error.cause, down);
+    assert.equal(classifySendError('just a string', 't').error.message, 'broker unavailable: just a string');
+
+    const late = new DeadlineExceededError('publishing');
+    const r = classifySendError(late, 't');
+    assert.equal(r.scope, 'broker');
+    assert.equal(r.error, late);
+  });
+
+  it('finds a code inside an aggregate error (a send to several brokers)', () => {
+    const aggregate = Object.assign(new Error('several'), { name: 'KafkaJSAggregateError', errors: [new KafkaJSConnectionError('x'), protocol('MESSAGE_TOO_LARGE')] });
+    assert.equal(classifySendError(aggregate, 't').scope, 'record');
+  });
+});
+
+describe('errorTypes', () => {
+  it('lists type and name of the error, its cause, originalError and aggregated errors, depth first', () => {
+    const inner = { type: 'INNER', name: 'InnerError' };
+    const err = { type: 'OUTER', name: 'OuterError', cause: { name: 'Cause', cause: inner }, originalError: { type: 'ORIG' }, errors: [{ name: 'A' }, { type: 'B' }] };
+    assert.deepEqual(errorTypes(err), ['OUTER', 'OuterError', 'Cause', 'INNER', 'InnerError', 'ORIG', 'A', 'B']);
+  });
+
+  it('nothing for values that are not objects, and type or name only when they are strings', () => {
+    for (const v of [undefined, null, 0, '', 'UNKNOWN_PRODUCER_ID', function MESSAGE_TOO_LARGE() {}]) assert.deepEqual(errorTypes(v), []);
+    assert.deepEqual(errorTypes({ type: 42, name: 'N' }), ['N']);
+    assert.deepEqual(errorTypes({ type: 'T', name: 7 }), ['T']);
+    assert.deepEqual(errorTypes({ errors: 'not an array' }), []);
+  });
+
+  it('visits a cyclic chain once', () => {
+    const a: Record<string, unknown> = { type: 'A' };
+    const b = { type: 'B', cause: a, errors: [a] };
+    a.cause = b;
+    a.originalError = a;
+    assert.deepEqual(errorTypes(a), ['A', 'B']);
+  });
+});
+
+describe('isSaslAuthError', () => {
+  it('is true when refused credentials are anywhere in the chain, false otherwise', () => {
+    assert.equal(isSaslAuthError(saslError('bad')), true);
+    assert.equal(isSaslAuthError(new KafkaJSNumberOfRetriesExceeded(protocol('SASL_AUTHENTICATION_FAILED'), { retryCount: 1, retryTime: 1 })), true);
+    assert.equal(isSaslAuthError(Object.assign(new Error('x'), { errors: [new Error('y'), saslError('z')] })), true);
+    assert.equal(isSaslAuthError(protocol('MESSAGE_TOO_LARGE')), false);
+    assert.equal(isSaslAuthError(new KafkaJSConnectionError('down')), false);
+    assert.equal(isSaslAuthError(undefined), false);
   });
 });

@@ -83,3 +83,113 @@ describe('loadConfig', () => {
     assert.match(problems({ ...base, DATABASE_SECRET_ID: 'x' })[0]!, /only one of DATABASE_URL and DATABASE_SECRET_ID/);
   });
 });
+
+describe('loadConfig: every variable, its default and its bounds', () => {
+  it('defaults of the settings not covered above', () => {
+    const c = loadConfig(base);
+    assert.equal(c.database.connectTimeoutMs, 5_000);
+    assert.equal(c.database.applicationName, 'outbox-relay');
+    assert.equal(c.database.ssl, undefined);
+    assert.equal(c.kafka.secretId, undefined);
+    assert.equal(c.kafka.sslRejectUnauthorized, true);
+    assert.equal(c.kafka.clientId, 'outbox-relay');
+    assert.equal(c.kafka.compression, 'none');
+    assert.equal(c.kafka.maxRequestBytes, 1_048_576);
+    assert.equal(c.outbox.maxAttempts, 10);
+    assert.equal(c.outbox.backoffBaseMs, 1_000);
+    assert.equal(c.outbox.backoffMaxMs, 300_000);
+    assert.equal(c.outbox.sentRows, 'keep');
+    assert.equal(c.outbox.retainSentMs, 86_400_000);
+    assert.equal(c.logLevel, 'info');
+    assert.equal(c.testPauseAfterPublishMs, 0);
+  });
+
+  it('reads the settings not covered above', () => {
+    const c = loadConfig({
+      ...base,
+      DATABASE_CONNECT_TIMEOUT_MS: '2500',
+      DATABASE_SSL: 'VERIFY-FULL',
+      OUTBOX_CLIENT_ID: 'orders-relay',
+      KAFKA_SECRET_ID: 'outbox/kafka',
+      KAFKA_SSL_REJECT_UNAUTHORIZED: 'false',
+      OUTBOX_COMPRESSION: 'gzip',
+      OUTBOX_MAX_REQUEST_BYTES: '2048',
+      OUTBOX_SAFETY_MARGIN_MS: '1500',
+      OUTBOX_MAX_ATTEMPTS: '3',
+      OUTBOX_BACKOFF_BASE_MS: '10',
+      OUTBOX_BACKOFF_MAX_MS: '100',
+      OUTBOX_SENT_ROWS: 'delete',
+      OUTBOX_RETAIN_SENT_MS: '0',
+      OUTBOX_LOG_LEVEL: 'debug',
+      OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS: '250',
+    });
+    assert.equal(c.database.connectTimeoutMs, 2_500);
+    assert.equal(c.database.ssl, 'verify-full');
+    assert.equal(c.database.applicationName, 'orders-relay');
+    assert.equal(c.kafka.secretId, 'outbox/kafka');
+    assert.equal(c.kafka.sslRejectUnauthorized, false);
+    assert.equal(c.kafka.compression, 'gzip');
+    assert.equal(c.kafka.maxRequestBytes, 2_048);
+    assert.equal(c.outbox.safetyMarginMs, 1_500);
+    assert.equal(c.outbox.maxAttempts, 3);
+    assert.equal(c.outbox.backoffBaseMs, 10);
+    assert.equal(c.outbox.backoffMaxMs, 100);
+    assert.equal(c.outbox.sentRows, 'delete');
+    assert.equal(c.outbox.retainSentMs, 0);
+    assert.equal(c.logLevel, 'debug');
+    assert.equal(c.testPauseAfterPublishMs, 250);
+    assert.equal(loadConfig({ ...base, DATABASE_SSL: 'disable' }).database.ssl, 'disable');
+  });
+
+  it('trims values; an empty or blank value means the default', () => {
+    const c = loadConfig({ ...base, KAFKA_BROKERS: ' a:9092 ', OUTBOX_BATCH_SIZE: ' 100 ', OUTBOX_PARKED_POLICY: ' skip ', OUTBOX_MAX_ATTEMPTS: '', OUTBOX_CLIENT_ID: '   ', DATABASE_SSL: '' });
+    assert.deepEqual(c.kafka.brokers, ['a:9092']);
+    assert.equal(c.outbox.batchSize, 100);
+    assert.equal(c.outbox.parkedPolicy, 'skip');
+    assert.equal(c.outbox.maxAttempts, 10);
+    assert.equal(c.kafka.clientId, 'outbox-relay');
+    assert.equal(c.database.ssl, undefined);
+  });
+
+  it('booleans: true, 1, yes, on / false, 0, no, off, any case; anything else is a problem', () => {
+    for (const yes of ['true', '1', 'yes', 'on', 'TRUE', 'On']) assert.equal(loadConfig({ ...base, KAFKA_SSL: yes }).kafka.ssl, true, yes);
+    for (const no of ['false', '0', 'no', 'off', 'NO']) assert.equal(loadConfig({ ...base, DATABASE_PREPARE: no }).database.prepare, false, no);
+    assert.deepEqual(problems({ ...base, KAFKA_SSL: 'maybe' }), ['KAFKA_SSL="maybe" is not a boolean; expected true or false (default false)']);
+    assert.deepEqual(problems({ ...base, DATABASE_PREPARE: '2' }), ['DATABASE_PREPARE="2" is not a boolean; expected true or false (default true)']);
+  });
+
+  it('whole numbers only, within their bounds (inclusive)', () => {
+    for (const bad of ['12abc', 'abc12', '-5', '1.5', '1e3']) {
+      assert.deepEqual(problems({ ...base, OUTBOX_BATCH_SIZE: bad }), [`OUTBOX_BATCH_SIZE=${JSON.stringify(bad)} is not a whole number; expected an integer between 1 and 10000 (default 500)`]);
+    }
+    assert.equal(loadConfig({ ...base, OUTBOX_BATCH_SIZE: '1' }).outbox.batchSize, 1);
+    assert.equal(loadConfig({ ...base, OUTBOX_BATCH_SIZE: '10000' }).outbox.batchSize, 10_000);
+    assert.deepEqual(problems({ ...base, OUTBOX_BATCH_SIZE: '10001' }), ['OUTBOX_BATCH_SIZE=10001 is out of range; expected an integer between 1 and 10000 (default 500)']);
+    assert.deepEqual(problems({ ...base, OUTBOX_MAX_REQUEST_BYTES: '1023' }), ['OUTBOX_MAX_REQUEST_BYTES=1023 is out of range; expected an integer between 1024 and 100000000 (default 1048576)']);
+  });
+
+  it('one-of settings name the allowed values and the default', () => {
+    assert.deepEqual(problems({ ...base, DATABASE_SSL: 'prefer' }), ['DATABASE_SSL="prefer" is not one of disable, require, verify-full (default require)']);
+    assert.deepEqual(problems({ ...base, OUTBOX_COMPRESSION: 'zstd' }), ['OUTBOX_COMPRESSION="zstd" is not one of none, gzip (default none)']);
+  });
+
+  it('the backoff cap may equal its base', () => {
+    const c = loadConfig({ ...base, OUTBOX_BACKOFF_BASE_MS: '1000', OUTBOX_BACKOFF_MAX_MS: '1000' });
+    assert.equal(c.outbox.backoffMaxMs, 1_000);
+  });
+
+  it('the database URL must start with the scheme; brokers must be exactly host:port', () => {
+    assert.match(problems({ ...base, DATABASE_URL: 'jdbc:postgres://h/db' })[0]!, /DATABASE_URL must start with postgres:\/\//);
+    assert.equal(loadConfig({ ...base, DATABASE_URL: 'postgresql://h/db' }).database.url, 'postgresql://h/db');
+    for (const bad of ['a/b:9092', 'a:123456', 'a:9092/x']) {
+      assert.deepEqual(problems({ ...base, KAFKA_BROKERS: bad }), [`KAFKA_BROKERS entry ${JSON.stringify(bad)} is not host:port`], bad);
+    }
+    assert.deepEqual(loadConfig({ ...base, KAFKA_BROKERS: 'b-1.msk_x:9096,[::1]:9092,,' }).kafka.brokers, ['b-1.msk_x:9096', '[::1]:9092']);
+  });
+
+  it('lists every unknown placeholder of the topic template', () => {
+    assert.deepEqual(problems({ ...base, OUTBOX_TOPIC_TEMPLATE: 'x.{tenant}.{type}.{}' }), [
+      'OUTBOX_TOPIC_TEMPLATE="x.{tenant}.{type}.{}" uses unknown placeholder(s) {tenant}, {}; allowed: {aggregatetype}, {type}',
+    ]);
+  });
+});

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { derivedName, parseTableName, qualified } from '../../src/outbox/identifier.ts';
+import { derivedName, displayName, parseTableName, qualified, quoteIdent } from '../../src/outbox/identifier.ts';
 import { loadMigrations, render } from '../../src/outbox/migrate.ts';
 
 describe('identifiers', () => {
@@ -25,5 +25,29 @@ describe('identifiers', () => {
     const sql = render(loadMigrations()[0]!.sql, parseTableName('app.events'));
     assert.match(sql, /CREATE TABLE IF NOT EXISTS "app"\."events"/);
     assert.doesNotMatch(sql, /\{\{/);
+  });
+});
+
+describe('identifiers: edges', () => {
+  it('refuses a qualified name when either part is not an identifier, and says what is expected', () => {
+    for (const bad of ['app.1x', '1x.outbox', 'app.', '.outbox']) {
+      assert.throws(() => parseTableName(bad), /^Error: ".*" is not a valid table name; expected an identifier such as outbox or app\.outbox \(letters, digits and underscores, starting with a letter or underscore, at most 63 characters per part\)$/, bad);
+    }
+    assert.deepEqual(parseTableName('_a.' + 'b'.repeat(63)), { schema: '_a', name: 'b'.repeat(63) });
+  });
+
+  it('doubles embedded quotes', () => {
+    assert.equal(quoteIdent('a"b'), '"a""b"');
+    assert.equal(quoteIdent('""'), '""""""');
+  });
+
+  it('derives names with an underscore and the suffix, truncating the base to fit 63 characters', () => {
+    assert.equal(derivedName(parseTableName('app.events'), 'seq_idx'), '"events_seq_idx"');
+    assert.equal(derivedName(parseTableName('x'.repeat(63)), 'aggregate_idx'), `"${'x'.repeat(49)}_aggregate_idx"`);
+  });
+
+  it('displays the name as configured, without quotes', () => {
+    assert.equal(displayName(parseTableName('app.events')), 'app.events');
+    assert.equal(displayName(parseTableName('events')), 'events');
   });
 });

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { MessageRejectedError } from '../../src/errors.ts';
-import { BATCH_OVERHEAD_BYTES, encodedSize, recordBytes, splitBySize, toMessage, topicFor, type OutboundMessage, type OutboxRow } from '../../src/kafka/message.ts';
+import { BATCH_OVERHEAD_BYTES, compressionSlack, encodedSize, recordBytes, splitBySize, toMessage, topicFor, type OutboundMessage, type OutboxRow } from '../../src/kafka/message.ts';
 
 const row: OutboxRow = {
   seq: '7',
@@ -73,5 +73,59 @@ describe('splitBySize', () => {
     const m: OutboundMessage = { seq: '1', aggregateid: 'k', topic: 't', key: 'key', value: 'é', headers: { id: 'x' } };
     assert.equal(recordBytes(m), 21 + 3 + 2 + (2 + 1 + 10));
     assert.equal(encodedSize(m), BATCH_OVERHEAD_BYTES + recordBytes(m));
+  });
+});
+
+describe('row → message: edges', () => {
+  it('drops null and undefined headers, serialises non-string ones as JSON', () => {
+    const m = toMessage({ ...row, headers: { a: undefined, b: null, c: { x: 1 }, d: false, e: 'text' } }, 't');
+    assert.deepEqual(m.headers, { c: '{"x":1}', d: 'false', e: 'text', id: row.id, type: 'OrderCreated' });
+  });
+
+  it('quotes at most 300 characters of an illegal topic in the error', () => {
+    const topic = 'x'.repeat(250) + 'y'.repeat(100);
+    assert.throws(
+      () => toMessage({ ...row, topic }, 't'),
+      (err: Error) => err.message.startsWith(`topic ${JSON.stringify(topic.slice(0, 300))} is not a legal Kafka topic name`),
+    );
+  });
+
+  it('accepts a topic of 249 legal characters, refuses 250', () => {
+    assert.equal(toMessage({ ...row, topic: 'a'.repeat(249) }, 't').topic, 'a'.repeat(249));
+    assert.throws(() => toMessage({ ...row, topic: 'a'.repeat(250) }, 't'), MessageRejectedError);
+  });
+
+  it('a null value (tombstone) counts no value bytes', () => {
+    const m: OutboundMessage = { seq: '1', aggregateid: 'k', topic: 't', key: 'key', value: null, headers: {} };
+    assert.equal(recordBytes(m), 21 + 3);
+  });
+});
+
+describe('splitBySize: edges', () => {
+  const msg = (seq: number, bytes: number): OutboundMessage => ({ seq: String(seq), aggregateid: 'a', topic: 't', key: 'a', value: 'v'.repeat(bytes), headers: {} });
+
+  it('no messages: no sends', () => {
+    assert.deepEqual(splitBySize([], 1_000), []);
+  });
+
+  it('a first message over the limit is sent alone, never after an empty send', () => {
+    assert.deepEqual(splitBySize([msg(1, 5_000)], 1_000).map((s) => s.map((m) => m.seq)), [['1']]);
+    assert.deepEqual(splitBySize([msg(1, 5_000), msg(2, 10)], 1_000).map((s) => s.map((m) => m.seq)), [['1'], ['2']]);
+  });
+
+  it('a send may be exactly at the limit', () => {
+    const [a, b] = [msg(1, 100), msg(2, 200)];
+    const exact = BATCH_OVERHEAD_BYTES + recordBytes(a) + recordBytes(b);
+    assert.deepEqual(splitBySize([a, b], exact).map((s) => s.length), [2]);
+    assert.deepEqual(splitBySize([a, b], exact - 1).map((s) => s.length), [1, 1]);
+  });
+});
+
+describe('compressionSlack', () => {
+  it('5 bytes per started 16 KiB block plus 32 for the gzip header and trailer', () => {
+    assert.equal(compressionSlack(1), 37);
+    assert.equal(compressionSlack(16_384), 37);
+    assert.equal(compressionSlack(16_385), 42);
+    assert.equal(compressionSlack(1_048_576), 64 * 5 + 32);
   });
 });

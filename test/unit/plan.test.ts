@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import type { OutboxRow } from '../../src/kafka/message.ts';
+import { encodedSize, toMessage, type OutboxRow } from '../../src/kafka/message.ts';
 import { planBatch, topicsToSend, type PlanContext } from '../../src/loop/plan.ts';
 import { settle } from '../../src/loop/settlement.ts';
 import { MessageRejectedError } from '../../src/errors.ts';
@@ -78,5 +78,19 @@ describe('settle', () => {
       { seq: '2', error: 'too large', park: true, delayMs: 0 },
       { seq: '3', error: 'flaky again', park: true, delayMs: 0 },
     ]);
+  });
+});
+
+describe('planBatch: edges', () => {
+  it('a message exactly at its topic\'s limit is sent; one byte over is rejected', () => {
+    const r = row('a', { payload: JSON.stringify('x'.repeat(500)) });
+    const size = encodedSize(toMessage(r, 'e.{aggregatetype}'));
+    assert.deepEqual(seqs(planBatch([r], ctx({ limits: new Map([['e.order', size]]) })).messages), [r.seq]);
+    assert.deepEqual(seqs(planBatch([r], ctx({ limits: new Map([['e.order', size - 1]]) })).rejected), [r.seq]);
+  });
+
+  it('only a MessageRejectedError rejects a row: any other failure is a bug and propagates', () => {
+    const unserialisable = row('a', { headers: { n: 1n } });
+    assert.throws(() => planBatch([row('b'), unserialisable], ctx()), TypeError);
   });
 });
