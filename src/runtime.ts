@@ -89,7 +89,7 @@ export class Runtime {
     return this.publisherInstance;
   }
 
-  /** One invocation: the loop of DESIGN §2 with deadline = now + remaining - safety margin. */
+  /** One invocation: the loop of docs/DESIGN.md ("The invocation loop"), deadline = now + remaining - safety margin. */
   async invoke(remainingMs: number, logger: Logger = this.logger): Promise<Summary> {
     const deadline = Deadline.fromRemaining(remainingMs, this.config.outbox.safetyMarginMs);
     const deps = (store: OutboxStore) => ({
