@@ -151,51 +151,56 @@ export async function main(argv: string[]): Promise<number> {
     case 'schedule':
       await schedule(positiveInt('every', values.every, 60_000), positiveInt('timeout', values.timeout, 60_000), values.max === undefined ? undefined : positiveInt('max', values.max, 1));
       return 0;
-    case 'status': {
-      const rt = getRuntime();
-      const s = await status(await rt.database(), rt.config.outbox.table, rt.config.outbox.topicTemplate).catch((e: unknown) => {
-        throw wrapDbError(e, 'reading status');
-      });
-      if (values.json) process.stdout.write(JSON.stringify(s) + '\n');
-      else {
-        const age = (ms: number | null) => (ms === null ? '-' : `${(ms / 1000).toFixed(1)}s`);
-        process.stdout.write(`table ${s.table}: ${s.pending} pending (${s.retrying} retrying), ${s.parked} parked, oldest pending ${age(s.oldestPendingMs)}\n`);
-        for (const t of s.topics) process.stdout.write(`  ${t.topic.padEnd(40)} pending ${String(t.pending).padStart(8)}  retrying ${String(t.retrying).padStart(6)}  parked ${String(t.parked).padStart(6)}  oldest ${age(t.oldestPendingMs)}\n`);
-      }
-      return 0;
-    }
-    case 'parked': {
-      const rt = getRuntime();
-      const sql = await rt.database();
-      const table = rt.config.outbox.table;
-      const ids = [...(sub === 'list' ? [] : rest)];
-      // the canonical 8-4-4-4-12 form: a looser check (36 of [0-9a-f-]) let e.g. 36 hex digits
-      // through to Postgres, which failed with a raw "invalid input syntax for type uuid", exit 1
-      for (const id of ids) if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(id)) throw new UsageError(`${JSON.stringify(id)} is not a row id (uuid)`);
-      if (sub === 'list') {
-        const rows = await listParked(sql, table, positiveInt('limit', values.limit, 100));
-        if (values.json) process.stdout.write(JSON.stringify(rows) + '\n');
-        else if (!rows.length) process.stdout.write('no parked rows\n');
-        else for (const r of rows) process.stdout.write(`${r.id}  seq ${r.seq}  ${r.aggregatetype}/${r.aggregateid} ${r.type}  attempts ${r.attempts}  parked ${r.parked_at.toISOString()}\n    ${r.last_error ?? ''}\n`);
-        return 0;
-      }
-      if (sub === 'retry') {
-        if (!values.all && !ids.length) throw new UsageError('parked retry needs row ids or --all');
-        const done = await retryParked(sql, table, values.all ? null : ids);
-        process.stdout.write(JSON.stringify({ retried: done }) + '\n');
-        return 0;
-      }
-      if (sub === 'skip') {
-        if (!ids.length) throw new UsageError('parked skip needs row ids');
-        const done = await skipParked(sql, table, ids);
-        process.stdout.write(JSON.stringify({ skipped: done }) + '\n');
-        return 0;
-      }
-      throw new UsageError(`unknown parked subcommand ${JSON.stringify(sub)}: use list, retry or skip`);
-    }
+    case 'status':
+      return statusCommand(values.json);
+    case 'parked':
+      return parkedCommand(sub, rest, { json: values.json, all: values.all, limit: values.limit });
     default:
       throw new UsageError(`unknown command ${JSON.stringify(command)}`);
   }
+}
+
+async function statusCommand(json: boolean): Promise<number> {
+  const rt = getRuntime();
+  const s = await status(await rt.database(), rt.config.outbox.table, rt.config.outbox.topicTemplate).catch((e: unknown) => {
+    throw wrapDbError(e, 'reading status');
+  });
+  if (json) {
+    process.stdout.write(JSON.stringify(s) + '\n');
+    return 0;
+  }
+  const age = (ms: number | null) => (ms === null ? '-' : `${(ms / 1000).toFixed(1)}s`);
+  process.stdout.write(`table ${s.table}: ${s.pending} pending (${s.retrying} retrying), ${s.parked} parked, oldest pending ${age(s.oldestPendingMs)}\n`);
+  for (const t of s.topics) process.stdout.write(`  ${t.topic.padEnd(40)} pending ${String(t.pending).padStart(8)}  retrying ${String(t.retrying).padStart(6)}  parked ${String(t.parked).padStart(6)}  oldest ${age(t.oldestPendingMs)}\n`);
+  return 0;
+}
+
+async function parkedCommand(sub: string | undefined, rest: string[], options: { json: boolean; all: boolean; limit: string | undefined }): Promise<number> {
+  const rt = getRuntime();
+  const sql = await rt.database();
+  const table = rt.config.outbox.table;
+  const ids = sub === 'list' ? [] : rest;
+  // the canonical 8-4-4-4-12 form: a looser check (36 of [0-9a-f-]) let e.g. 36 hex digits
+  // through to Postgres, which failed with a raw "invalid input syntax for type uuid", exit 1
+  for (const id of ids) if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(id)) throw new UsageError(`${JSON.stringify(id)} is not a row id (uuid)`);
+  if (sub === 'list') {
+    const rows = await listParked(sql, table, positiveInt('limit', options.limit, 100));
+    if (options.json) process.stdout.write(JSON.stringify(rows) + '\n');
+    else if (!rows.length) process.stdout.write('no parked rows\n');
+    else for (const r of rows) process.stdout.write(`${r.id}  seq ${r.seq}  ${r.aggregatetype}/${r.aggregateid} ${r.type}  attempts ${r.attempts}  parked ${r.parked_at.toISOString()}\n    ${r.last_error ?? ''}\n`);
+    return 0;
+  }
+  if (sub === 'retry') {
+    if (!options.all && !ids.length) throw new UsageError('parked retry needs row ids or --all');
+    process.stdout.write(JSON.stringify({ retried: await retryParked(sql, table, options.all ? null : ids) }) + '\n');
+    return 0;
+  }
+  if (sub === 'skip') {
+    if (!ids.length) throw new UsageError('parked skip needs row ids');
+    process.stdout.write(JSON.stringify({ skipped: await skipParked(sql, table, ids) }) + '\n');
+    return 0;
+  }
+  throw new UsageError(`unknown parked subcommand ${JSON.stringify(sub)}: use list, retry or skip`);
 }
 
 async function run(): Promise<void> {

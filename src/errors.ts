@@ -40,6 +40,15 @@ export class BrokerUnavailableError extends RelayError {
   readonly retriable = true;
 }
 
+/**
+ * A send failed with an error the relay does not recognise. Handled like an unavailable broker
+ * (the invocation stops, no row is charged), because charging rows for an error we cannot place
+ * could park good rows; but named apart, so nobody reads it as "the broker is down".
+ */
+export class UnexpectedKafkaError extends RelayError {
+  readonly retriable = true;
+}
+
 /** One message could not be published for a reason tied to that message (size, topic, ACL). */
 export class MessageRejectedError extends RelayError {
   readonly retriable = true;

@@ -8,7 +8,7 @@
 //            broker's: a new producer, the same records once more, charge no row
 //   auth     the broker refused our credentials (rotated): read the secret again, reconnect, retry once
 //   broker   the broker or the network is down or too slow: stop the invocation, charge no row
-import { BrokerUnavailableError, DeadlineExceededError, MessageRejectedError, type RelayError } from '../errors.ts';
+import { BrokerUnavailableError, DeadlineExceededError, MessageRejectedError, UnexpectedKafkaError, type RelayError } from '../errors.ts';
 
 /** errors about the records themselves: retrying the same bytes can never succeed */
 const RECORD_ERRORS = new Set(['MESSAGE_TOO_LARGE', 'RECORD_LIST_TOO_LARGE', 'INVALID_RECORD', 'CORRUPT_MESSAGE']);
@@ -34,6 +34,28 @@ const PRODUCER_ERRORS = new Set([
   'PRODUCER_FENCED',
 ]);
 const AUTH_ERRORS = new Set(['KafkaJSSASLAuthenticationError', 'SASL_AUTHENTICATION_FAILED']);
+/** the broker or the network, not our records: down, unreachable, too slow, or moving leaders */
+const BROKER_ERRORS = new Set([
+  'KafkaJSConnectionError',
+  'KafkaJSConnectionClosedError',
+  'KafkaJSRequestTimeoutError',
+  'KafkaJSBrokerNotFound',
+  'KafkaJSNoBrokerAvailableError',
+  'KafkaJSMetadataNotLoaded',
+  'KafkaJSTimeout',
+  'KafkaJSLockTimeout',
+  'NOT_LEADER_FOR_PARTITION',
+  'NOT_LEADER_OR_FOLLOWER',
+  'LEADER_NOT_AVAILABLE',
+  'NOT_ENOUGH_REPLICAS',
+  'NOT_ENOUGH_REPLICAS_AFTER_APPEND',
+  'REQUEST_TIMED_OUT',
+  'NETWORK_EXCEPTION',
+  'BROKER_NOT_AVAILABLE',
+  'KAFKA_STORAGE_ERROR',
+  'THROTTLING_QUOTA_EXCEEDED',
+  'CLUSTER_AUTHORIZATION_FAILED',
+]);
 
 interface Chainable {
   type?: unknown;
@@ -93,7 +115,12 @@ export function classifySendError(err: unknown, topic: string): SendFailure {
   if (producer) {
     return { scope: 'producer', code: producer, error: new BrokerUnavailableError(`the broker refused the producer's state (${producer}) on topic ${topic}: ${message}`, { cause: err }) };
   }
-  return { scope: 'broker', error: new BrokerUnavailableError(`broker unavailable: ${message}`, { cause: err }) };
+  if (types.some((t) => BROKER_ERRORS.has(t))) return { scope: 'broker', error: new BrokerUnavailableError(`broker unavailable: ${message}`, { cause: err }) };
+  const seen = types.filter((t) => t !== 'Error').join(' < ') || 'no error type';
+  return {
+    scope: 'broker',
+    error: new UnexpectedKafkaError(`Kafka send failed with an error the relay does not recognise (${seen}): ${message}; handled like an unavailable broker: the invocation stops, no row is charged`, { cause: err }),
+  };
 }
 
 export function isSaslAuthError(err: unknown): boolean {

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import kafkajs from 'kafkajs';
 import { classifySendError, errorTypes, isSaslAuthError } from '../../src/kafka/classify.ts';
-import { BrokerUnavailableError, DeadlineExceededError } from '../../src/errors.ts';
+import { BrokerUnavailableError, DeadlineExceededError, UnexpectedKafkaError } from '../../src/errors.ts';
 
 // kafkajs is CommonJS and spreads its error classes into module.exports: only the default import sees them
 const { KafkaJSConnectionError, KafkaJSNumberOfRetriesExceeded, KafkaJSProtocolError, KafkaJSRequestTimeoutError, KafkaJSSASLAuthenticationError, KafkaJSNonRetriableError } = kafkajs;
@@ -125,7 +125,7 @@ describe('classifySendError: every code in its scope', () => {
     assert.ok(broker.error instanceof BrokerUnavailableError);
     assert.equal(broker.error.message, 'broker unavailable: Connection error: ECONNREFUSED');
     assert.equal(broker.error.cause, down);
-    assert.equal(classifySendError('just a string', 't').error.message, 'broker unavailable: just a string');
+    assert.equal(classifySendError('just a string', 't').error.message, 'Kafka send failed with an error the relay does not recognise (no error type): just a string; handled like an unavailable broker: the invocation stops, no row is charged');
 
     const late = new DeadlineExceededError('publishing');
     const r = classifySendError(late, 't');
@@ -170,5 +170,14 @@ describe('isSaslAuthError', () => {
     assert.equal(isSaslAuthError(protocol('MESSAGE_TOO_LARGE')), false);
     assert.equal(isSaslAuthError(new KafkaJSConnectionError('down')), false);
     assert.equal(isSaslAuthError(undefined), false);
+  });
+
+  it('an error it does not recognise is handled like the broker being down, but named apart', () => {
+    for (const err of [protocol('SOMETHING_NEW'), new Error('socket hang up, somehow'), 'a string']) {
+      const r = classifySendError(err, 't');
+      assert.equal(r.scope, 'broker');
+      assert.ok(r.error instanceof UnexpectedKafkaError, String(err));
+      assert.match(r.error.message, /does not recognise/);
+    }
   });
 });
