@@ -15,6 +15,7 @@ import type { PublishOutcome, Publisher } from './kafka/publisher.ts';
 import type { Logger } from './log.ts';
 import { CommitChain } from './loop/commit-chain.ts';
 import { planBatch, topicsToSend } from './loop/plan.ts';
+import { Retention } from './loop/retention.ts';
 import type { BatchTransaction, ClaimedRow, Store } from './loop/ports.ts';
 import { settle, type Settlement } from './loop/settlement.ts';
 import { finish, newSummary, timed, type StopReason, type Summary } from './loop/summary.ts';
@@ -23,8 +24,6 @@ export type { StopReason, Summary };
 
 /** time kept after a batch's sends for marking and committing what was acked */
 const MARK_RESERVE_MS = 500;
-/** sent rows deleted at most per invocation by the retention prune */
-const PRUNE_LIMIT = 5_000;
 
 export interface RelayDeps {
   store: Store;
@@ -44,9 +43,17 @@ interface Batch {
 
 export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promise<Summary> {
   const invocation = new Invocation(deps, deadline);
-  await invocation.relayAll();
-  await invocation.pruneSentRows();
-  return invocation.finish();
+  // retention runs alongside the loop for the whole invocation (see loop/retention.ts)
+  const retention = deps.config.retainSentMs > 0 ? new Retention(deps.store, deps.config.retainSentMs, deps.logger) : undefined;
+  const pruning = retention?.run(deadline) ?? Promise.resolve(0);
+  try {
+    await invocation.relayAll();
+  } catch (err) {
+    retention?.stop();
+    await pruning;
+    throw err;
+  }
+  return invocation.finish(await pruning);
 }
 
 /** A claim started ahead, while the batch before it is published; taken or discarded once. */
@@ -343,18 +350,8 @@ class Invocation {
     return Object.assign(failure, { summary: finish(this.summary, this.startedAt, 'database-error') });
   }
 
-  /** Retention: delete old sent rows, unless the broker is down (the next invocation has time) or the budget is spent. */
-  async pruneSentRows(): Promise<void> {
-    const { retainSentMs } = this.deps.config;
-    if (retainSentMs <= 0 || !this.budgetAllowsBatch() || this.summary.stoppedBecause === 'broker-unavailable') return;
-    try {
-      this.summary.pruned = await this.deps.store.prune(retainSentMs, PRUNE_LIMIT, this.deadline);
-    } catch (err) {
-      this.deps.logger.warn('pruning old sent rows failed; will try again next invocation', { error: err });
-    }
-  }
-
-  finish(): Summary {
+  finish(pruned: number): Summary {
+    this.summary.pruned = pruned;
     return finish(this.summary, this.startedAt, this.summary.stoppedBecause);
   }
 }

@@ -28,18 +28,18 @@ export class Runtime {
     this.secrets = secrets ?? new SecretsManagerSource();
   }
 
-  async databaseUrl(refresh = false): Promise<string> {
+  async databaseUrl(refresh = false, deadline?: Deadline): Promise<string> {
     const db = this.config.database;
     if (db.url) return db.url;
-    const raw = await this.secrets.get(db.secretId!, refresh);
+    const raw = await this.secrets.get(db.secretId!, refresh, deadline);
     return databaseUrlFromSecret(db.secretId!, raw);
   }
 
   /** The shared postgres.js client; `refresh` re-reads the secret and reconnects. */
-  async database(refresh = false): Promise<Sql> {
+  async database(refresh = false, deadline?: Deadline): Promise<Sql> {
     if (this.sql && !refresh && !this.store?.poisoned && !this.connectionLost) return this.sql;
     await this.closeDatabase();
-    const url = await this.databaseUrl(refresh);
+    const url = await this.databaseUrl(refresh, deadline);
     const db = this.config.database;
     const client: Sql = postgres(url, {
       // two batch transactions overlap (claim next while publishing current) + one for prune/status
@@ -69,8 +69,8 @@ export class Runtime {
     return this.sql;
   }
 
-  async outboxStore(refresh = false): Promise<OutboxStore> {
-    const sql = await this.database(refresh);
+  async outboxStore(refresh = false, deadline?: Deadline): Promise<OutboxStore> {
+    const sql = await this.database(refresh, deadline);
     this.store ??= new OutboxStore(sql, this.config.outbox.table, this.config.outbox.parkedPolicy, {
       prepare: this.config.database.prepare,
       sentRows: this.config.outbox.sentRows,
@@ -105,7 +105,7 @@ export class Runtime {
     let reconnected = false;
     while (!summary) {
       try {
-        summary = await runInvocation(deps(await this.outboxStore(refresh)), deadline);
+        summary = await runInvocation(deps(await this.outboxStore(refresh, deadline)), deadline);
       } catch (err) {
         if (!(err instanceof DatabaseError)) throw err;
         if (!refreshed && isAuthError(err.cause) && this.config.database.secretId) {

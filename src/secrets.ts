@@ -2,27 +2,44 @@
 // fetched again only when the credentials were refused (rotation). Values are never logged and
 // never appear in error messages: errors name the secret id and what is wrong with its shape.
 import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
-import { SecretError } from './errors.ts';
+import type { Deadline } from './budget.ts';
+import { DeadlineExceededError, SecretError } from './errors.ts';
 import type { KafkaCredentials } from './kafka/kafkajs.ts';
 
 export interface SecretSource {
-  get(secretId: string, refresh?: boolean): Promise<string>;
+  /** `deadline`: the invocation's; a Secrets Manager that does not answer before it fails the call (the request itself has timeouts of its own) */
+  get(secretId: string, refresh?: boolean, deadline?: Deadline): Promise<string>;
 }
+
+// Every wait has an end: a function in a VPC with no route to Secrets Manager (no endpoint, no
+// NAT) would otherwise hang until Lambda kills it, with no cause in the log.
+// (without throwOnRequestTimeout the SDK only logs a warning when requestTimeout passes, and waits on)
+const SECRETS_CLIENT_TIMEOUTS = { connectionTimeout: 3_000, requestTimeout: 5_000, throwOnRequestTimeout: true };
 
 export class SecretsManagerSource implements SecretSource {
   private readonly cache = new Map<string, Promise<string>>();
   fetches = 0;
 
   // region, credentials and AWS_ENDPOINT_URL (LocalStack, moto) are resolved by the SDK itself
-  constructor(private readonly client = new SecretsManagerClient({ maxAttempts: 3 })) {}
+  constructor(private readonly client = new SecretsManagerClient({ maxAttempts: 3, requestHandler: SECRETS_CLIENT_TIMEOUTS })) {}
 
-  get(secretId: string, refresh = false): Promise<string> {
-    const cached = this.cache.get(secretId);
-    if (cached && !refresh) return cached;
-    const p = this.fetch(secretId);
-    this.cache.set(secretId, p);
-    p.catch(() => this.cache.delete(secretId));
-    return p;
+  async get(secretId: string, refresh = false, deadline?: Deadline): Promise<string> {
+    let p = this.cache.get(secretId);
+    if (!p || refresh) {
+      p = this.fetch(secretId);
+      this.cache.set(secretId, p);
+      const fetched = p;
+      fetched.catch(() => {
+        if (this.cache.get(secretId) === fetched) this.cache.delete(secretId);
+      });
+    }
+    if (!deadline) return p;
+    try {
+      return await deadline.race(`reading secret ${secretId}`, p);
+    } catch (err) {
+      if (!(err instanceof DeadlineExceededError)) throw err;
+      throw new SecretError(secretId, "Secrets Manager did not answer before the invocation's deadline: check the network path to it (in a VPC: a Secrets Manager interface endpoint or a NAT gateway) and AWS_ENDPOINT_URL", { cause: err, retriable: true });
+    }
   }
 
   private async fetch(secretId: string): Promise<string> {

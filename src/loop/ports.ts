@@ -50,5 +50,6 @@ export interface Store {
   /** Open a batch transaction; `after`: a transaction whose COMMIT is on the wire, to follow on its connection. */
   begin(deadline: Deadline, after?: BatchTransaction): Promise<BatchTransaction>;
   nothingClaimable(deadline: Deadline): Promise<NothingClaimable>;
-  prune(retainMs: number, limit: number, deadline: Deadline): Promise<number>;
+  /** One retention chunk (see OutboxStore.pruneChunk): rows deleted, fewer than `limit` when none older is left. */
+  pruneChunk(column: 'sent_at' | 'skipped_at', retainMs: number, limit: number, deadline: Deadline): Promise<number>;
 }

@@ -35,6 +35,7 @@ export function render(sqlText: string, table: TableName): string {
     idx_aggregate: derivedName(table, 'aggregate_idx'),
     idx_sent: derivedName(table, 'sent_idx'),
     idx_retry: derivedName(table, 'retry_idx'),
+    idx_skipped: derivedName(table, 'skipped_idx'),
   };
   return sqlText.replace(/\{\{(\w+)\}\}/g, (_, key: string) => {
     const v = names[key];

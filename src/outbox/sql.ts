@@ -209,14 +209,19 @@ FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::int[]) AS f(seq, error, 
 WHERE r.seq = f.seq`;
 }
 
-/** Bounded delete of old sent rows, so the table does not grow without end. */
-export function pruneSql(t: string): string {
+/**
+ * Retention, one chunk: delete up to $2 rows sent more than $1 ms ago, oldest first (through the
+ * sent_at index), skipping rows someone else holds. `column` is sent_at or skipped_at (skipped rows
+ * are kept for audit as long as sent ones). Chunks keep each transaction short; the caller repeats
+ * them until a chunk comes back short.
+ */
+export function pruneSql(t: string, column: 'sent_at' | 'skipped_at'): string {
   return `
 DELETE FROM ${t}
 WHERE seq IN (
   SELECT seq FROM ${t}
-  WHERE sent_at < now() - $1 * interval '1 millisecond'
-     OR skipped_at < now() - $1 * interval '1 millisecond'
+  WHERE ${column} IS NOT NULL AND ${column} < now() - $1 * interval '1 millisecond'
+  ORDER BY ${column}
   LIMIT $2
   FOR UPDATE SKIP LOCKED
 )`;
@@ -233,6 +238,37 @@ FROM ${t}
 WHERE sent_at IS NULL AND skipped_at IS NULL
 GROUP BY 1, 2
 ORDER BY 1, 2`;
+}
+
+/**
+ * The backlog's three figures for the metrics and `status` (src/outbox/admin.ts `backlog`), cheap
+ * however large the table: each reads one partial index, and at most $1 + 1 of its entries.
+ * - oldest_pending_age_ms: the age of the pending row with the lowest seq, the first entry of the
+ *   claim index (one index probe). This stands in for the oldest created_at among pending rows:
+ *   seq follows insert order and created_at is the inserting transaction's start, so the two
+ *   disagree only by how long writers' transactions overlapped (or when an application sets
+ *   created_at itself). NULL when no row is pending.
+ * - pending_rows: unsent, unskipped, unparked rows (backing-off ones included: the claim
+ *   index's rows), counted up to $1 + 1.
+ * - parked_rows: parked rows, counted up to $1 + 1 through the retry index (a row is parked
+ *   only by a failed attempt, so it has attempts > 0).
+ */
+export function backlogSql(t: string): string {
+  return `
+SELECT
+  (SELECT extract(epoch FROM clock_timestamp() - created_at) * 1000
+   FROM ${t}
+   WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL
+   ORDER BY seq
+   LIMIT 1) AS oldest_pending_age_ms,
+  (SELECT count(*) FROM (
+     SELECT 1 FROM ${t}
+     WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL
+     LIMIT $1::int + 1) pending) AS pending_rows,
+  (SELECT count(*) FROM (
+     SELECT 1 FROM ${t}
+     WHERE sent_at IS NULL AND skipped_at IS NULL AND attempts > 0 AND parked_at IS NOT NULL
+     LIMIT $1::int + 1) parked) AS parked_rows`;
 }
 
 export function parkedListSql(t: string): string {

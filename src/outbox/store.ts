@@ -22,6 +22,8 @@ export class OutboxStore implements Store {
   readonly guarded: boolean;
   readonly markText: string;
   private readonly whyEmptyText: string;
+  private readonly pruneSentText: string;
+  private readonly pruneSkippedText: string;
   /** named prepared statements for the per-batch queries, unless DATABASE_PREPARE=false (PgBouncer, RDS Proxy) */
   readonly prepared: { prepare: boolean };
   /** set when a statement was abandoned mid-flight: the client must be replaced */
@@ -47,6 +49,8 @@ export class OutboxStore implements Store {
     this.guarded = guard;
     this.markText = sentRows === 'delete' ? q.deleteSentSql(this.table) : q.markSentSql(this.table);
     this.whyEmptyText = q.whyEmptySql(this.table, policy);
+    this.pruneSentText = q.pruneSql(this.table, 'sent_at');
+    this.pruneSkippedText = q.pruneSql(this.table, 'skipped_at');
   }
 
   /**
@@ -83,9 +87,19 @@ export class OutboxStore implements Store {
     return r?.claimable ? 'locked' : r?.pending ? 'behind-failed-rows' : 'empty';
   }
 
-  async prune(retainMs: number, limit: number, deadline: Deadline): Promise<number> {
-    const res = await this.bounded(deadline, 'pruning sent rows', this.sql.unsafe(q.pruneSql(this.table), [retainMs, limit]));
-    return res.count;
+  /**
+   * One retention chunk: deletes up to `limit` rows sent (or skipped) more than `retainMs` ago,
+   * oldest first, in a transaction of its own whose statement_timeout ends with the deadline.
+   * Returns how many it deleted; fewer than `limit` means nothing older is left.
+   */
+  async pruneChunk(column: 'sent_at' | 'skipped_at', retainMs: number, limit: number, deadline: Deadline): Promise<number> {
+    const stmtMs = String(Math.max(1, deadline.remaining()));
+    const text = column === 'sent_at' ? this.pruneSentText : this.pruneSkippedText;
+    const deleted = this.sql.begin(async (tx) => {
+      await tx`SELECT set_config('statement_timeout', ${stmtMs}, true)`;
+      return (await tx.unsafe(text, [retainMs, limit], this.prepared)).count;
+    });
+    return this.bounded(deadline, `pruning ${column === 'sent_at' ? 'sent' : 'skipped'} rows`, deleted);
   }
 
   /** Race a statement against the deadline; cancel it server-side and poison the client if it loses. */

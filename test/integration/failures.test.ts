@@ -6,6 +6,7 @@
 // The tests that kill or pause the broker come last and restore it in `finally`.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { CreateSecretCommand, DeleteSecretCommand, PutSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
@@ -736,6 +737,31 @@ describe('secrets (Secrets Manager in the AWS emulator)', () => {
       if (value) assert.ok(!res.stderr.includes(value) && !res.stdout.includes(value), `the secret value leaked:\n${res.stderr}`);
     });
     assert.equal((await counts(sql, f.table)).sent, 0);
+  });
+
+  it('a Secrets Manager that hangs (the emulator SIGSTOPped) at a cold start: the invocation ends within its budget, naming the secret and the network path; nothing is marked', async () => {
+    const f = await fixture(sql, 'secrethang');
+    const name = await secret(DATABASE_URL);
+    await insertEvents(sql, f.table, [{ aggregateid: 'a' }]);
+    const moto = Number(readFileSync(join(ROOT, '.cache', 'run', 'moto.pid'), 'utf8').trim());
+    process.kill(moto, 'SIGSTOP');
+    let res;
+    try {
+      const run = startCli(['invoke', '--timeout', '6000'], { ...secretEnv(f, name), OUTBOX_SAFETY_MARGIN_MS: '1000' });
+      // a hung invocation is killed here, so the test fails on the duration instead of hanging
+      const cap = setTimeout(() => run.child.kill('SIGKILL'), 30_000);
+      res = await run.result;
+      clearTimeout(cap);
+    } finally {
+      process.kill(moto, 'SIGCONT');
+    }
+    assert.equal(res.code, 1, res.stderr);
+    assert.ok(res.durationMs < 6_000 + 3_000, `ended within the budget (plus process start): ${res.durationMs} ms`);
+    assert.match(res.stderr, new RegExp(`secret "${name.replace('/', '\\/')}": Secrets Manager did not answer before the invocation's deadline`));
+    assert.match(res.stderr, /interface endpoint or a NAT gateway/);
+    assert.equal((await counts(sql, f.table)).sent, 0);
+    // resumed, the same secret works
+    assert.equal((await invoke(secretEnv(f, name))).published, 1);
   });
 });
 

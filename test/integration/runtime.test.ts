@@ -108,6 +108,30 @@ describe('schedule', () => {
 });
 
 describe('retention', () => {
+  it('keeps pace: 30,000 rows relayed with a 1 ms window, then one more invocation: no sent row is left; chunks oldest first, alongside the loop', async () => {
+    const f = await fixture(sql, 'prunepace');
+    await insertEvents(sql, f.table, Array.from({ length: 30_000 }, (_, i) => ({ aggregateid: `a-${i % 500}`, payload: { i } })));
+    const rt = new Runtime(loadConfig({ ...f.env, OUTBOX_LOG_LEVEL: 'warn', OUTBOX_RETAIN_SENT_MS: '1' }), createLogger('warn'));
+    try {
+      let published = 0;
+      let pruned = 0;
+      for (let i = 0; i < 10 && published < 30_000; i++) {
+        const s = await rt.invoke(60_000);
+        published += s.published;
+        pruned += s.pruned;
+      }
+      assert.equal(published, 30_000);
+      const last = await rt.invoke(60_000);
+      pruned += last.pruned;
+      assert.equal(last.published, 0);
+      assert.equal(pruned, 30_000, 'every sent row was pruned, once');
+      assert.deepEqual(await counts(sql, f.table), { total: 0, sent: 0, parked: 0, pending: 0 });
+    } finally {
+      await rt.close();
+    }
+  });
+
+
   it('deletes sent rows older than OUTBOX_RETAIN_SENT_MS, keeps pending and recent ones', async () => {
     const f = await fixture(sql, 'prune');
     const t = qualified(parseTableName(f.table));
