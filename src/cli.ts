@@ -3,6 +3,7 @@
 import { randomUUID } from 'node:crypto';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import type { Context, ScheduledEvent } from 'aws-lambda';
+import { Deadline } from './budget.ts';
 import { closeRuntime, getRuntime, handler } from './handler.ts';
 import { RelayError } from './errors.ts';
 import { migrate } from './outbox/migrate.ts';
@@ -160,9 +161,13 @@ export async function main(argv: string[]): Promise<number> {
   }
 }
 
+/** how long `status` waits for the backlog figures (the same bounded read the metrics make) */
+const STATUS_BACKLOG_TIMEOUT_MS = 30_000;
+
 async function statusCommand(json: boolean): Promise<number> {
   const rt = getRuntime();
-  const s = await status(await rt.database(), rt.config.outbox.table, rt.config.outbox.topicTemplate).catch((e: unknown) => {
+  const deadline = new Deadline(Date.now() + STATUS_BACKLOG_TIMEOUT_MS);
+  const s = await status(await rt.database(), rt.config.outbox.table, rt.config.outbox.topicTemplate, deadline).catch((e: unknown) => {
     throw wrapDbError(e, 'reading status');
   });
   if (json) {

@@ -46,6 +46,20 @@ export interface Config {
     retainSentMs: number;
   };
   logLevel: Level;
+  /** Powertools logger and metrics (src/log.ts, src/metrics.ts) */
+  telemetry: {
+    /** the `service` of every log line and metric dimension (POWERTOOLS_SERVICE_NAME) */
+    serviceName: string;
+    /** the `stage` metric dimension and log field (serverless.yml sets the deployment stage) */
+    stage: string;
+    /** CloudWatch namespace of the metrics */
+    metricsNamespace: string;
+    /**
+     * where the EMF metrics record goes: stdout (what Lambda reads; the default inside Lambda),
+     * stderr (the default elsewhere: the CLI keeps stdout for its summary) or off
+     */
+    metrics: 'stdout' | 'stderr' | 'off';
+  };
   /** test-only fault injection: pause this long after the broker acked a batch, before its marks commit */
   testPauseAfterPublishMs: number;
 }
@@ -101,6 +115,7 @@ export function loadConfig(env: Env = process.env): Config {
     kafka: kafkaConfig(read),
     outbox: outboxConfig(read),
     logLevel: read.oneOf('OUTBOX_LOG_LEVEL', ['debug', 'info', 'warn', 'error'] as const, 'info'),
+    telemetry: telemetryConfig(read),
     testPauseAfterPublishMs: read.int('OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS', 0, 0, 3_600_000),
   };
   if (read.problems.length) throw new ConfigError(read.problems);
@@ -177,5 +192,26 @@ function outboxConfig(read: EnvReader): Config['outbox'] {
     maxMessageBytes: read.str('OUTBOX_MAX_MESSAGE_BYTES') === undefined ? undefined : read.int('OUTBOX_MAX_MESSAGE_BYTES', 1_000_000, 1_024, 100_000_000),
     sentRows: read.oneOf('OUTBOX_SENT_ROWS', ['keep', 'delete'] as const, 'keep'),
     retainSentMs: read.int('OUTBOX_RETAIN_SENT_MS', 86_400_000, 0, 365 * 86_400_000),
+  };
+}
+
+function telemetryConfig(read: EnvReader): Config['telemetry'] {
+  const serviceName = read.str('POWERTOOLS_SERVICE_NAME') ?? 'outbox-relay';
+  const stage = read.str('OUTBOX_STAGE') ?? 'local';
+  const metricsNamespace = read.str('POWERTOOLS_METRICS_NAMESPACE') ?? 'OutboxRelay';
+  // CloudWatch's rules for dimension values and namespaces (a value it refuses drops the whole record)
+  if (serviceName.length > 250) read.problems.push('POWERTOOLS_SERVICE_NAME must be at most 250 characters');
+  if (!/^[A-Za-z0-9_.-]{1,64}$/.test(stage)) read.problems.push(`OUTBOX_STAGE=${JSON.stringify(stage)} must be 1-64 letters, digits, '.', '_' or '-' (e.g. prod)`);
+  if (!/^[A-Za-z0-9.\-_/#: ]{1,255}$/.test(metricsNamespace) || metricsNamespace.startsWith('AWS/')) {
+    read.problems.push(`POWERTOOLS_METRICS_NAMESPACE=${JSON.stringify(metricsNamespace)} is not a CloudWatch namespace: 1-255 of letters, digits and . - _ / # : or space, not starting with AWS/`);
+  }
+  // Lambda sets AWS_LAMBDA_FUNCTION_NAME in every function's environment: there, stdout is where
+  // CloudWatch Logs picks up EMF records; elsewhere stdout belongs to the CLI's summary
+  const inLambda = read.str('AWS_LAMBDA_FUNCTION_NAME') !== undefined;
+  return {
+    serviceName,
+    stage,
+    metricsNamespace,
+    metrics: read.oneOf('OUTBOX_METRICS', ['stdout', 'stderr', 'off'] as const, inLambda ? 'stdout' : 'stderr'),
   };
 }

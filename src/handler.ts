@@ -1,20 +1,29 @@
 // Lambda entry point. A middy pipeline around the relay: configuration and the container-scoped
-// runtime are built once (cold start), each invocation gets a logger carrying its request id,
-// and a failure is logged with its cause and rethrown so Lambda records the invocation as failed.
+// runtime are built once (cold start); Powertools' middlewares put the Lambda context on every log
+// line (injectLambdaContext) and publish one EMF metrics record per invocation (logMetrics); a
+// failure is logged with its cause and rethrown so Lambda records the invocation as failed.
+import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
+import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
 import middy from '@middy/core';
 import type { Context, ScheduledEvent } from 'aws-lambda';
 import { loadConfig } from './config.ts';
-import { createLogger, type Logger } from './log.ts';
+import { createLogger, type RelayLogger } from './log.ts';
+import { createMetrics, invocationMetrics, type RelayMetrics } from './metrics.ts';
 import type { Summary } from './relay.ts';
 import { Runtime } from './runtime.ts';
 
 let runtime: Runtime | undefined;
+let logger: RelayLogger | undefined;
+let metrics: RelayMetrics | undefined;
 
 /** Built on first use, not at import: a configuration error then fails the invocation with its message. */
 export function getRuntime(): Runtime {
   if (!runtime) {
     const config = loadConfig();
-    runtime = new Runtime(config, createLogger(config.logLevel));
+    const t = config.telemetry;
+    logger = createLogger(config.logLevel, { stage: t.stage }, undefined, { serviceName: t.serviceName });
+    metrics = createMetrics(t, logger.powertools);
+    runtime = new Runtime(config, logger);
   }
   return runtime;
 }
@@ -23,34 +32,64 @@ export function getRuntime(): Runtime {
 export async function closeRuntime(): Promise<void> {
   await runtime?.close();
   runtime = undefined;
+  logger = undefined;
+  metrics = undefined;
 }
 
-interface Internal extends Record<string, unknown> {
-  logger: Logger;
+type Request = middy.Request<ScheduledEvent, Summary, Error, Context>;
+type Middleware = middy.MiddlewareObj<ScheduledEvent, Summary, Error, Context>;
+
+/**
+ * A Powertools middleware around an instance that exists only once the runtime does (and is
+ * built again for a new runtime). Its `before` builds the runtime: a configuration error
+ * surfaces there, and the onError steps still run (those of middlewares not built do nothing).
+ */
+function perRuntime(build: () => Middleware): Middleware {
+  let built: { runtime: Runtime; middleware: Middleware } | undefined;
+  return {
+    before: async (request) => {
+      const rt = getRuntime();
+      if (built?.runtime !== rt) built = { runtime: rt, middleware: build() };
+      await built.middleware.before?.(request);
+    },
+    after: async (request) => {
+      await built?.middleware.after?.(request);
+    },
+    onError: async (request) => {
+      await built?.middleware.onError?.(request);
+    },
+  };
 }
 
-const requestLogging = (): middy.MiddlewareObj<ScheduledEvent, Summary, Error, Context, Internal> => ({
-  name: 'request-logging',
-  before: (request) => {
-    // a configuration error surfaces here, and onError logs it with the request id
-    const base = getRuntime().logger;
-    request.internal.logger = base.child({ requestId: request.context.awsRequestId, function: request.context.functionName });
+const requestLogging = (): Middleware => ({
+  after: (request: Request) => {
+    logger?.info('invocation finished', { summary: request.response });
   },
-  after: (request) => {
-    request.internal.logger.info('invocation finished', { summary: request.response });
-  },
-  onError: (request) => {
-    const logger = request.internal.logger ?? createLogger('info').child({ requestId: request.context.awsRequestId });
+  onError: (request: Request) => {
     const err = request.error;
-    logger.error('invocation failed', { error: err, summary: (err as { summary?: Summary } | null)?.summary });
+    // no runtime: a configuration error; log it with the request id all the same
+    const log = logger ?? createLogger('info');
+    if (!logger) log.powertools.addContext(request.context);
+    log.error('invocation failed', { error: err, summary: (err as { summary?: Summary } | null)?.summary });
     // not handled here: middy rethrows, and Lambda records the failure
   },
 });
 
-export const handler = middy<ScheduledEvent, Summary, Error, Context, Internal>({ timeoutEarlyInMillis: 0 })
+// after and onError run in the reverse order of use(): the summary is logged, then the
+// invocation's metrics are added and published, then the logger's per-invocation keys cleared
+export const handler = middy<ScheduledEvent, Summary, Error, Context>({ timeoutEarlyInMillis: 0 })
+  .use(perRuntime(() => injectLambdaContext(logger!.powertools, { resetKeys: true })))
+  .use(perRuntime(() => logMetrics(metrics!)))
+  .use(
+    invocationMetrics({
+      metrics: () => metrics,
+      backlog: (deadline) => runtime?.backlog(deadline) ?? Promise.resolve(undefined),
+      logger: () => logger ?? createLogger('info'),
+    }),
+  )
   .use(requestLogging())
   .handler(async (_event, context) => {
     const rt = getRuntime();
-    const logger = rt.logger.child({ requestId: context.awsRequestId });
-    return rt.invoke(context.getRemainingTimeInMillis(), logger);
+    // a child holds this invocation's Lambda context even if another starts meanwhile (the CLI's schedule overlaps them)
+    return rt.invoke(context.getRemainingTimeInMillis(), logger!.child({}));
   });

@@ -4,10 +4,11 @@
 import postgres, { type Sql } from 'postgres';
 import { Deadline } from './budget.ts';
 import type { Config } from './config.ts';
-import { BrokerUnavailableError, DatabaseError } from './errors.ts';
+import { BrokerUnavailableError, DatabaseError, DeadlineExceededError } from './errors.ts';
 import { KafkajsPublisher } from './kafka/kafkajs.ts';
 import type { Publisher } from './kafka/publisher.ts';
 import type { Logger } from './log.ts';
+import { backlog, type Backlog } from './outbox/admin.ts';
 import { OutboxStore, isAuthError, isConnectionLost } from './outbox/store.ts';
 import { runInvocation, type Summary } from './relay.ts';
 import { databaseUrlFromSecret, kafkaCredentialsFromSecret, SecretsManagerSource, type SecretSource } from './secrets.ts';
@@ -137,6 +138,26 @@ export class Runtime {
       );
     }
     return summary;
+  }
+
+  /**
+   * The backlog figures for the invocation's metrics (src/metrics.ts), read with the client the
+   * invocation used and never a new one: undefined when there is none, or it is broken (the
+   * invocation failed on the database; connecting again could take the rest of the budget).
+   * A read that loses the race with `deadline` may still be running: the client is replaced
+   * before the next invocation uses it, as after any abandoned statement.
+   */
+  async backlog(deadline: Deadline): Promise<Backlog | undefined> {
+    if (!this.sql || this.store?.poisoned || this.connectionLost) return undefined;
+    try {
+      return await backlog(this.sql, this.config.outbox.table, deadline);
+    } catch (err) {
+      if (err instanceof DeadlineExceededError) {
+        if (this.store) this.store.poisoned = true;
+        else this.connectionLost = true;
+      }
+      throw err;
+    }
   }
 
   async closeDatabase(): Promise<void> {

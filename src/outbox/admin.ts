@@ -1,8 +1,11 @@
-// Operator queries: status and parked rows. Same configuration as the handler.
-import type { Sql } from 'postgres';
+// Operator queries: status, the backlog figures (also the metrics'), and parked rows. Same
+// configuration as the handler.
+import postgres, { type Sql } from 'postgres';
+import type { Deadline } from '../budget.ts';
 import { topicFor } from '../kafka/message.ts';
 import { qualified, type TableName } from './identifier.ts';
 import * as q from './sql.ts';
+import { isConnectionLost } from './store.ts';
 
 export interface TopicStatus {
   topic: string;
@@ -12,16 +15,88 @@ export interface TopicStatus {
   oldestPendingMs: number | null;
 }
 
-export interface Status {
+/**
+ * What the metrics report about the table after each invocation (OldestPendingAgeMs, PendingRows,
+ * PendingRowsCapped, ParkedRows, ParkedRowsCapped), under the same names in `status --json`.
+ * Cheap and bounded whatever the table's size (see backlogSql).
+ */
+export interface Backlog {
+  /** ms since the pending row with the lowest seq was created (stands in for the oldest pending row); 0 when none is pending */
+  oldestPendingAgeMs: number;
+  /** pending rows (backing-off ones included), exact up to BACKLOG_COUNT_CAP; more than that reads CAP + 1 */
+  pendingRows: number;
+  /** more than BACKLOG_COUNT_CAP rows are pending: pendingRows is a lower bound */
+  pendingRowsCapped: boolean;
+  /** parked rows, exact up to BACKLOG_COUNT_CAP, likewise */
+  parkedRows: number;
+  parkedRowsCapped: boolean;
+}
+
+/** Rows counted at most (+1, to tell "exactly the cap" from "more") by the backlog figures. */
+export const BACKLOG_COUNT_CAP = 10_000;
+
+/**
+ * The backlog figures, in a read-only transaction whose statement_timeout (and idle timeout)
+ * ends before `deadline`, raced against `deadline` too in case the server or network hangs
+ * (then it throws DeadlineExceededError and the statement may still be running: the caller
+ * should not reuse the client). One round trip: BEGIN, the timeouts and the query are pipelined
+ * on a reserved connection; ROLLBACK ends the transaction, which has nothing to commit.
+ */
+export async function backlog(sql: Sql, table: TableName, deadline: Deadline): Promise<Backlog> {
+  // the server gives up first, with an ordinary error, so the client-side race is only a backstop
+  const serverMs = String(Math.max(1, deadline.remaining() - 100));
+  const read = (async () => {
+    const conn = await sql.reserve();
+    // did the server answer (rows, or an error such as the statement timeout)? Then the
+    // connection is alive and can take the ROLLBACK
+    let answered = false;
+    try {
+      const [, , rows] = await Promise.all([
+        conn`BEGIN READ ONLY`,
+        conn`SELECT set_config('statement_timeout', ${serverMs}, true), set_config('idle_in_transaction_session_timeout', ${serverMs}, true)`,
+        conn.unsafe<{ oldest_pending_age_ms: string | null; pending_rows: string; parked_rows: string }[]>(q.backlogSql(qualified(table)), [BACKLOG_COUNT_CAP]),
+      ]);
+      answered = true;
+      return rows;
+    } catch (err) {
+      answered = err instanceof postgres.PostgresError && !isConnectionLost(err);
+      throw err;
+    } finally {
+      // Nothing is written to a connection that did not answer: postgres.js 3.4.9 can crash the
+      // process writing to a reserved connection whose socket closed (porsager/postgres#1208).
+      // That connection stays reserved until the client is replaced (Runtime) or the process ends.
+      if (answered) {
+        await conn`ROLLBACK`.catch(() => undefined);
+        conn.release();
+      }
+    }
+  })();
+  const [row] = await deadline.race('reading the backlog figures', read);
+  const pending = Number(row?.pending_rows ?? 0);
+  const parked = Number(row?.parked_rows ?? 0);
+  return {
+    // a clock a little behind the writers' can make a fresh row look younger than 0
+    oldestPendingAgeMs: row?.oldest_pending_age_ms == null ? 0 : Math.max(0, Math.round(Number(row.oldest_pending_age_ms))),
+    pendingRows: pending,
+    pendingRowsCapped: pending > BACKLOG_COUNT_CAP,
+    parkedRows: parked,
+    parkedRowsCapped: parked > BACKLOG_COUNT_CAP,
+  };
+}
+
+export interface Status extends Backlog {
   table: string;
+  /** exact counts from a full pass over the unsent rows, by topic (below) */
   pending: number;
   retrying: number;
   parked: number;
+  /** the exact age of the oldest pending created_at; null when none is pending */
   oldestPendingMs: number | null;
   topics: TopicStatus[];
 }
 
-export async function status(sql: Sql, table: TableName, template: string): Promise<Status> {
+/** `status`: exact counts by topic (one pass over the unsent rows), plus the backlog figures the metrics report. */
+export async function status(sql: Sql, table: TableName, template: string, deadline: Deadline): Promise<Status> {
   const rows = await sql.unsafe<{ topic_override: string; aggregatetype: string; pending: string; retrying: string; parked: string; oldest_pending_ms: string | null }[]>(q.statusSql(qualified(table)));
   const byTopic = new Map<string, TopicStatus>();
   for (const r of rows) {
@@ -35,12 +110,14 @@ export async function status(sql: Sql, table: TableName, template: string): Prom
   }
   const topics = [...byTopic.values()].sort((a, b) => a.topic.localeCompare(b.topic));
   const oldest = topics.map((t) => t.oldestPendingMs).filter((x): x is number => x !== null);
+  const figures = await backlog(sql, table, deadline);
   return {
     table: qualified(table),
     pending: topics.reduce((n, t) => n + t.pending, 0),
     retrying: topics.reduce((n, t) => n + t.retrying, 0),
     parked: topics.reduce((n, t) => n + t.parked, 0),
     oldestPendingMs: oldest.length ? Math.max(...oldest) : null,
+    ...figures,
     topics,
   };
 }

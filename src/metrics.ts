@@ -1,0 +1,161 @@
+// CloudWatch metrics through Powertools for AWS Lambda's Metrics: one Embedded Metric Format
+// (EMF) record per invocation, published by Powertools' logMetrics middy middleware. In Lambda
+// the record goes to stdout, where CloudWatch Logs turns it into metrics; no API call, no
+// permission. Dimensions are only `service` and `stage`: low cardinality, one series per
+// deployment.
+//
+// Per invocation: the Summary's counts and times, and three figures read from the table after
+// the loop (src/outbox/admin.ts `backlog`): the age of the oldest pending row and the number of
+// pending and parked rows. That read is bounded (about a second, and never past the Lambda
+// deadline) and never fails the invocation: when it cannot be made, it is logged and those
+// metrics are left out of this record. README "Metrics and alarms" lists every metric.
+import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
+import type middy from '@middy/core';
+import type { Context, ScheduledEvent } from 'aws-lambda';
+import { Deadline } from './budget.ts';
+import type { Config } from './config.ts';
+import type { Logger } from './log.ts';
+import type { Summary } from './loop/summary.ts';
+import type { Backlog } from './outbox/admin.ts';
+
+type Unit = (typeof MetricUnit)[keyof typeof MetricUnit];
+type MetricsOptions = NonNullable<ConstructorParameters<typeof Metrics>[0]>;
+
+/** Every metric the relay emits, with its unit. Names are CloudWatch's; `status --json` uses the same names in camelCase for the table's figures. */
+export const METRICS = {
+  // from the Summary, per invocation (Sum is the rate per period)
+  Published: MetricUnit.Count,
+  Retried: MetricUnit.Count,
+  Parked: MetricUnit.Count,
+  HeldBack: MetricUnit.Count,
+  Batches: MetricUnit.Count,
+  Pruned: MetricUnit.Count,
+  TopicsBackedOff: MetricUnit.Count,
+  DurationMs: MetricUnit.Milliseconds,
+  WaitedClaimMs: MetricUnit.Milliseconds,
+  WaitedPublishMs: MetricUnit.Milliseconds,
+  WaitedCommitMs: MetricUnit.Milliseconds,
+  // from the table, after the invocation (Maximum is the figure to watch)
+  OldestPendingAgeMs: MetricUnit.Milliseconds,
+  PendingRows: MetricUnit.Count,
+  PendingRowsCapped: MetricUnit.Count,
+  ParkedRows: MetricUnit.Count,
+  ParkedRowsCapped: MetricUnit.Count,
+} as const satisfies Record<string, Unit>;
+
+export type MetricName = keyof typeof METRICS;
+
+/**
+ * Powertools' Metrics with a choice of stream. Powertools always prints EMF to stdout (which is
+ * what Lambda needs, and then this class defers to it unchanged); the CLI's stdout holds its
+ * summary, so there the record goes to stderr, or nowhere.
+ */
+export class RelayMetrics extends Metrics {
+  constructor(
+    options: MetricsOptions,
+    readonly output: Config['telemetry']['metrics'],
+  ) {
+    super(options);
+  }
+
+  override publishStoredMetrics(): this {
+    if (this.output === 'stdout') return super.publishStoredMetrics();
+    try {
+      if (this.output === 'stderr' && this.hasStoredMetrics() && !this.isDisabled()) {
+        process.stderr.write(JSON.stringify(this.serializeMetrics()) + '\n');
+      }
+    } finally {
+      this.clearMetrics();
+      this.clearDimensions();
+      this.clearMetadata();
+    }
+    return this;
+  }
+}
+
+/** `logger`: where Powertools' own warnings go (a Powertools logger, or anything with warn/info/debug/error). */
+export function createMetrics(telemetry: Config['telemetry'], logger?: MetricsOptions['logger']): RelayMetrics {
+  return new RelayMetrics(
+    {
+      namespace: telemetry.metricsNamespace,
+      serviceName: telemetry.serviceName,
+      defaultDimensions: { stage: telemetry.stage },
+      ...(logger ? { logger } : {}),
+    },
+    telemetry.metrics,
+  );
+}
+
+/** The Summary's figures: counts, where the time went. */
+export function addSummaryMetrics(metrics: Metrics, s: Summary): void {
+  const add = (name: MetricName, value: number) => metrics.addMetric(name, METRICS[name], value);
+  add('Published', s.published);
+  add('Retried', s.retried);
+  add('Parked', s.parked);
+  add('HeldBack', s.heldBack);
+  add('Batches', s.batches);
+  add('Pruned', s.pruned);
+  add('TopicsBackedOff', s.topicsBackedOff.length);
+  add('DurationMs', s.durationMs);
+  add('WaitedClaimMs', s.waitedMs.claim);
+  add('WaitedPublishMs', s.waitedMs.publish);
+  add('WaitedCommitMs', s.waitedMs.commit);
+}
+
+/** The table's figures; the capped flags as 0 or 1. */
+export function addBacklogMetrics(metrics: Metrics, b: Backlog): void {
+  const add = (name: MetricName, value: number) => metrics.addMetric(name, METRICS[name], value);
+  add('OldestPendingAgeMs', b.oldestPendingAgeMs);
+  add('PendingRows', b.pendingRows);
+  add('PendingRowsCapped', b.pendingRowsCapped ? 1 : 0);
+  add('ParkedRows', b.parkedRows);
+  add('ParkedRowsCapped', b.parkedRowsCapped ? 1 : 0);
+}
+
+/** The backlog read gets at most this long... */
+export const BACKLOG_BUDGET_MS = 1_000;
+/** ...and leaves at least this much of the Lambda's remaining time for publishing and returning. */
+export const BACKLOG_RESERVE_MS = 500;
+/** Below this, the read is not attempted. */
+const BACKLOG_MIN_MS = 100;
+
+export interface InvocationMetricsDeps {
+  /** undefined until the runtime exists (a configuration error: nothing to report) */
+  metrics(): Metrics | undefined;
+  /** the backlog figures, read before `deadline`; undefined when no healthy database client is at hand */
+  backlog(deadline: Deadline): Promise<Backlog | undefined>;
+  logger(): Logger;
+}
+
+/**
+ * Adds this invocation's metrics, after it succeeded or failed; Powertools' logMetrics middleware
+ * (used before this one, so its after/onError run after these) publishes them. Never throws: a
+ * metric must not fail an invocation that relayed its rows.
+ */
+export function invocationMetrics(deps: InvocationMetricsDeps): middy.MiddlewareObj<ScheduledEvent, Summary, Error, Context> {
+  const record = async (request: middy.Request<ScheduledEvent, Summary, Error, Context>, summary: Summary | undefined): Promise<void> => {
+    const metrics = deps.metrics();
+    if (!metrics) return;
+    try {
+      if (summary) addSummaryMetrics(metrics, summary);
+      const budget = Math.min(BACKLOG_BUDGET_MS, request.context.getRemainingTimeInMillis() - BACKLOG_RESERVE_MS);
+      if (budget < BACKLOG_MIN_MS) {
+        deps.logger().warn('backlog metrics skipped: too little time left before the Lambda timeout (raise OUTBOX_SAFETY_MARGIN_MS)', { remainingMs: request.context.getRemainingTimeInMillis() });
+        return;
+      }
+      const backlog = await deps.backlog(new Deadline(Date.now() + budget));
+      if (backlog) addBacklogMetrics(metrics, backlog);
+      else deps.logger().info('backlog metrics skipped: no healthy database connection after this invocation');
+    } catch (err) {
+      deps.logger().warn('backlog metrics skipped: reading the table failed', { error: err });
+    }
+  };
+  return {
+    after: async (request) => {
+      await record(request, request.response ?? undefined);
+    },
+    onError: async (request) => {
+      await record(request, (request.error as { summary?: Summary } | null)?.summary);
+    },
+  };
+}
