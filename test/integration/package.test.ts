@@ -240,6 +240,9 @@ describe('packaged for AWS (stage prod, default parameters)', () => {
       OUTBOX_SENT_ROWS: 'keep',
       OUTBOX_RETAIN_SENT_MS: '86400000',
       OUTBOX_LOG_LEVEL: 'info',
+      POWERTOOLS_SERVICE_NAME: 'outbox-relay',
+      POWERTOOLS_METRICS_NAMESPACE: 'OutboxRelay',
+      OUTBOX_STAGE: 'prod',
     });
   });
 

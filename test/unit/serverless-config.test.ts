@@ -1,13 +1,17 @@
 // serverless.yml read as plain YAML (the ${…} variables are just strings to a YAML parser):
 // the local stage and its plugin, offline-only variables, and that every environment variable
-// it sets is one the relay reads, with defaults equal to the relay's own.
+// it sets is one the relay reads, with defaults equal to the relay's own. The alarms and the
+// dashboard are checked on the template as a deployment would see it: the few variable sources
+// the file uses are resolved here the way osls resolves them (params.<stage>, then
+// params.default, `--param` overrides first), and the CloudFormation conditions evaluated.
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { parse } from 'yaml';
 import { loadConfig } from '../../src/config.ts';
+import { METRICS } from '../../src/metrics.ts';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const text = readFileSync(join(root, 'serverless.yml'), 'utf8');
@@ -99,19 +103,377 @@ describe('serverless.yml', () => {
     }
   });
 
-  it("defaults every relay setting to the relay's own default (except KAFKA_SSL, on for MSK)", () => {
-    // Substitute params.default into the environment block, as osls would for a stage without overrides.
+  it("defaults every relay setting to the relay's own default (except KAFKA_SSL, on for MSK, and the stage)", () => {
+    // The environment block as osls resolves it for a stage without overrides; an empty value is
+    // unset for the relay, and a parameter without a default (the secret) is left out.
     const env: Record<string, string> = {};
-    for (const [name, value] of Object.entries(sls.provider.environment)) {
-      const m = /^\$\{param:(\w+)(?:, [^}]*)?\}$/.exec(value);
-      const def = m ? sls.params.default?.[m[1] as string] : value;
-      if (typeof def === 'number' || (typeof def === 'string' && def !== '')) env[name] = String(def);
+    for (const [name, value] of Object.entries(deployed().provider.environment)) {
+      if (typeof value === 'number' || (typeof value === 'string' && value !== '')) env[name] = String(value);
     }
     assert.equal(env.KAFKA_SSL, 'true');
     delete env.KAFKA_SSL;
+    assert.equal(env.OUTBOX_STAGE, 'prod', 'the deployment stage (${sls:stage}), not a relay default');
+    delete env.OUTBOX_STAGE;
     const required = { DATABASE_URL: 'postgres://u:p@127.0.0.1:5432/db', KAFKA_BROKERS: '127.0.0.1:9092' };
     const fromYaml = loadConfig({ ...env, ...required });
     const builtIn = loadConfig(required);
     assert.deepEqual(fromYaml, builtIn);
   });
 });
+
+// ---------------------------------------------------------------------------------------------
+// The template as deployed: variables resolved, conditions evaluated.
+
+type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+type Obj = { [key: string]: Json };
+const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+interface Deployment {
+  stage: string;
+  region: string;
+  /** as --param="name=value" */
+  params: Record<string, string>;
+}
+
+/** One variable's value, as osls resolves the sources this file uses; undefined: unresolved. */
+function variable(expr: string, d: Deployment): Json | undefined {
+  for (const alt of expr.split(/,\s*/)) {
+    let v: Json | undefined;
+    const param = /^param:(\w+)$/.exec(alt);
+    if (param) {
+      const name = param[1]!;
+      v = (d.params[name] ?? sls.params[d.stage]?.[name] ?? sls.params.default?.[name]) as Json | undefined;
+    } else if (alt === 'self:service') v = sls.service;
+    else if (alt === 'sls:stage' || alt === 'opt:stage') v = d.stage;
+    else if (alt === 'self:provider.region' || alt === 'opt:region') v = d.region;
+    else if (alt.startsWith('env:')) v = undefined;
+    else if (alt === 'null') v = null;
+    else if (/^'.*'$/.test(alt)) v = alt.slice(1, -1);
+    else assert.fail(`serverless.yml uses a variable source this test does not resolve: \${${expr}}`);
+    if (v !== undefined) return v;
+  }
+  return undefined;
+}
+
+/** Resolves ${…} in strings, innermost first; a string that is one whole variable takes the value's type, as in osls. */
+function resolve(value: Json, d: Deployment): Json {
+  if (Array.isArray(value)) return value.map((v) => resolve(v, d));
+  if (isObj(value)) return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, resolve(v, d)]));
+  if (typeof value !== 'string') return value;
+  let s = value;
+  for (;;) {
+    const m = /\$\{([^${}]+)\}/.exec(s);
+    if (!m) return s;
+    const v = variable(m[1]!, d);
+    if (m[0] === s) return v === undefined ? null : v;
+    assert.ok(v !== undefined && v !== null, `\${${m[1]}} has no value inside ${JSON.stringify(value.slice(0, 80))}`);
+    s = s.replace(m[0], typeof v === 'object' ? JSON.stringify(v) : String(v));
+  }
+}
+
+interface Resolved {
+  provider: { environment: Record<string, Json> };
+  resources: { Conditions: Obj; Resources: Record<string, { Type: string; Properties: Obj }> };
+}
+
+function deployed(params: Record<string, string> = {}, stage = 'prod', region = 'us-east-1'): Resolved {
+  const d = { stage, region, params };
+  return {
+    provider: { environment: resolve(sls.provider.environment, d) as Record<string, Json> },
+    resources: resolve((sls as unknown as { resources: Json }).resources, d) as unknown as Resolved['resources'],
+  };
+}
+
+/** Evaluates a condition as CloudFormation would; only literal operands occur once resolved. */
+function condition(t: Resolved, name: string): boolean {
+  const def = t.resources.Conditions[name];
+  assert.ok(def !== undefined, `condition ${name} is not defined`);
+  const ev = (c: Json): boolean | string => {
+    if (typeof c === 'string') return c;
+    assert.ok(isObj(c), `unsupported condition operand ${JSON.stringify(c)}`);
+    const [fn, args] = Object.entries(c)[0] as [string, Json[]];
+    if (fn === 'Fn::Not') return !ev(args[0]!);
+    if (fn === 'Fn::Equals') return ev(args[0]!) === ev(args[1]!);
+    return assert.fail(`unsupported condition function ${fn}`);
+  };
+  const v = ev(def);
+  assert.equal(typeof v, 'boolean');
+  return v as boolean;
+}
+
+/** Resolves Fn::If (conditions evaluated), leaving every other intrinsic as it is. */
+function effective(t: Resolved, v: Json): Json {
+  if (Array.isArray(v)) return v.map((x) => effective(t, x));
+  if (!isObj(v)) return v;
+  if ('Fn::If' in v) {
+    const [name, yes, no] = v['Fn::If'] as [string, Json, Json];
+    return effective(t, condition(t, name) ? yes : no);
+  }
+  return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, effective(t, x)]));
+}
+
+function resourcesOfType(t: Resolved, type: string): Record<string, Obj> {
+  const out: Record<string, Obj> = {};
+  for (const [id, r] of Object.entries(t.resources.Resources)) if (r.Type === type) out[id] = effective(t, r.Properties) as Obj;
+  return out;
+}
+
+const FUNCTION = { Ref: 'RelayLambdaFunction' };
+/** the name the framework gives the `relay` function: service-stage-relay */
+const functionName = (stage: string) => `${sls.service}-${stage}-relay`;
+
+interface AlarmSpec {
+  namespace: string;
+  metric: string;
+  dimensions: Json;
+  statistic: string;
+  operator: string;
+  threshold: number;
+  minutes: number;
+  missing: string;
+}
+
+/** Every alarm, with the defaults of params.default. */
+function expectedAlarms(stage: string): Record<string, AlarmSpec> {
+  const relay = [
+    { Name: 'service', Value: sls.service },
+    { Name: 'stage', Value: stage },
+  ];
+  const lambda = [{ Name: 'FunctionName', Value: FUNCTION }];
+  return {
+    OldestPendingAgeAlarm: { namespace: 'OutboxRelay', metric: 'OldestPendingAgeMs', dimensions: relay, statistic: 'Maximum', operator: 'GreaterThanThreshold', threshold: 300_000, minutes: 3, missing: 'ignore' },
+    ParkedRowsAlarm: { namespace: 'OutboxRelay', metric: 'ParkedRows', dimensions: relay, statistic: 'Maximum', operator: 'GreaterThanThreshold', threshold: 0, minutes: 1, missing: 'ignore' },
+    InvocationErrorsAlarm: { namespace: 'AWS/Lambda', metric: 'Errors', dimensions: lambda, statistic: 'Sum', operator: 'GreaterThanThreshold', threshold: 0, minutes: 3, missing: 'notBreaching' },
+    NoInvocationsAlarm: { namespace: 'AWS/Lambda', metric: 'Invocations', dimensions: lambda, statistic: 'Sum', operator: 'LessThanThreshold', threshold: 1, minutes: 5, missing: 'breaching' },
+    ThrottlesAlarm: { namespace: 'AWS/Lambda', metric: 'Throttles', dimensions: lambda, statistic: 'Sum', operator: 'GreaterThanThreshold', threshold: 0, minutes: 5, missing: 'notBreaching' },
+  };
+}
+
+describe('serverless.yml: alarms', () => {
+  it('five alarms, each on its metric, namespace and dimensions, with its threshold, N of N one-minute periods and missing-data rule', () => {
+    const t = deployed();
+    const alarms = resourcesOfType(t, 'AWS::CloudWatch::Alarm');
+    const expected = expectedAlarms('prod');
+    assert.deepEqual(Object.keys(alarms).sort(), Object.keys(expected).sort());
+    for (const [id, e] of Object.entries(expected)) {
+      const a = alarms[id]!;
+      const actual = {
+        namespace: a.Namespace,
+        metric: a.MetricName,
+        dimensions: a.Dimensions,
+        statistic: a.Statistic,
+        operator: a.ComparisonOperator,
+        threshold: a.Threshold,
+        minutes: a.EvaluationPeriods,
+        missing: a.TreatMissingData,
+      };
+      assert.deepEqual(actual, e, id);
+      assert.equal(a.Period, 60, `${id}: one-minute periods, the schedule's rate`);
+      assert.equal(a.DatapointsToAlarm, a.EvaluationPeriods, `${id}: every period of the window breaches (N consecutive minutes)`);
+      assert.match(a.AlarmName as string, /^outbox-relay-prod-/, id);
+      assert.ok((a.AlarmDescription as string).length > 80, `${id} says what to do`);
+    }
+  });
+
+  it("the relay's alarms read the metrics the function emits: its namespace, its service and stage, metric names src/metrics.ts defines", () => {
+    for (const stage of ['prod', 'staging']) {
+      const t = deployed({ metricsNamespace: 'Team/Outbox' }, stage);
+      const env = Object.fromEntries(Object.entries(t.provider.environment).filter(([, v]) => v !== '' && v !== null).map(([k, v]) => [k, String(v as string)]));
+      delete env.DATABASE_SECRET_ID;
+      const { telemetry } = loadConfig({ ...env, DATABASE_URL: 'postgres://u:p@h:5432/db', KAFKA_BROKERS: 'b-1:9096', AWS_LAMBDA_FUNCTION_NAME: functionName(stage) });
+      assert.deepEqual(telemetry, { serviceName: 'outbox-relay', stage, metricsNamespace: 'Team/Outbox', metrics: 'stdout' });
+      const alarms = resourcesOfType(t, 'AWS::CloudWatch::Alarm');
+      const own = Object.values(alarms).filter((a) => a.Namespace !== 'AWS/Lambda');
+      assert.equal(own.length, 2);
+      for (const a of own) {
+        assert.equal(a.Namespace, telemetry.metricsNamespace);
+        assert.deepEqual(a.Dimensions, [
+          { Name: 'service', Value: telemetry.serviceName },
+          { Name: 'stage', Value: telemetry.stage },
+        ]);
+        assert.ok(Object.hasOwn(METRICS, a.MetricName as string), `${a.MetricName as string} is emitted`);
+      }
+    }
+  });
+
+  it('thresholds and windows are parameters', () => {
+    const t = deployed({
+      alarmOldestPendingAgeMs: '600000',
+      alarmOldestPendingMinutes: '10',
+      alarmParkedRows: '5',
+      alarmErrorMinutes: '2',
+      alarmNoInvocationMinutes: '15',
+      alarmThrottleMinutes: '4',
+    });
+    const a = resourcesOfType(t, 'AWS::CloudWatch::Alarm');
+    const picked = Object.fromEntries(Object.entries(a).map(([id, p]) => [id, [p.Threshold, p.EvaluationPeriods, p.DatapointsToAlarm]]));
+    assert.deepEqual(picked, {
+      OldestPendingAgeAlarm: ['600000', '10', '10'],
+      ParkedRowsAlarm: ['5', 1, 1],
+      InvocationErrorsAlarm: [0, '2', '2'],
+      NoInvocationsAlarm: [1, '15', '15'],
+      ThrottlesAlarm: [0, '4', '4'],
+    });
+  });
+
+  it('notify nothing by default; with alarmTopicArn every alarm notifies that topic on ALARM and on OK', () => {
+    for (const a of Object.values(resourcesOfType(deployed(), 'AWS::CloudWatch::Alarm'))) {
+      assert.deepEqual([a.AlarmActions, a.OKActions], [[], []]);
+    }
+    const topic = 'arn:aws:sns:us-east-1:123456789012:outbox-oncall';
+    const alarms = resourcesOfType(deployed({ alarmTopicArn: topic }), 'AWS::CloudWatch::Alarm');
+    for (const [id, a] of Object.entries(alarms)) assert.deepEqual([a.AlarmActions, a.OKActions], [[topic], [topic]], id);
+  });
+
+  it('the no-invocation alarm acts only while the schedule is enabled', () => {
+    assert.equal(resourcesOfType(deployed(), 'AWS::CloudWatch::Alarm').NoInvocationsAlarm!.ActionsEnabled, true);
+    assert.equal(resourcesOfType(deployed({ scheduleEnabled: 'false' }), 'AWS::CloudWatch::Alarm').NoInvocationsAlarm!.ActionsEnabled, false);
+    for (const [id, a] of Object.entries(resourcesOfType(deployed({ scheduleEnabled: 'false' }), 'AWS::CloudWatch::Alarm'))) {
+      if (id !== 'NoInvocationsAlarm') assert.equal(a.ActionsEnabled, undefined, `${id} always acts`);
+    }
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// The dashboard.
+
+interface Widget {
+  type: 'metric' | 'text';
+  x: number;
+  y: number;
+  width: number;
+  height: number;
+  properties: {
+    title?: string;
+    markdown?: string;
+    region?: string;
+    stacked?: boolean;
+    metrics?: Array<Array<string | { stat?: string; label?: string }>>;
+    annotations?: { horizontal?: Array<{ label: string; value: number }> };
+  };
+}
+
+function dashboard(params: Record<string, string> = {}, stage = 'prod'): { name: string; widgets: Widget[] } {
+  const boards = resourcesOfType(deployed(params, stage), 'AWS::CloudWatch::Dashboard');
+  assert.deepEqual(Object.keys(boards), ['RelayDashboard']);
+  const board = boards.RelayDashboard!;
+  assert.equal(typeof board.DashboardBody, 'string', 'the body is a JSON string');
+  const body = JSON.parse(board.DashboardBody as string) as { widgets: Widget[] };
+  return { name: board.DashboardName as string, widgets: body.widgets };
+}
+
+/** [namespace, name, ...dimension pairs, options] → parts */
+function series(m: Array<string | { stat?: string; label?: string }>): { namespace: string; name: string; dimensions: Record<string, string>; stat?: string; label?: string } {
+  const parts = m.filter((p): p is string => typeof p === 'string');
+  const options = m.find((p): p is { stat?: string; label?: string } => typeof p === 'object') ?? {};
+  const dimensions: Record<string, string> = {};
+  for (let i = 2; i < parts.length; i += 2) dimensions[parts[i]!] = parts[i + 1]!;
+  return { namespace: parts[0]!, name: parts[1]!, dimensions, ...options };
+}
+
+describe('serverless.yml: dashboard', () => {
+  it("shows backlog age, throughput and errors, from the function's own metrics and Lambda's, in the deployment's region", () => {
+    const { name, widgets } = dashboard({}, 'staging');
+    assert.equal(name, 'outbox-relay-staging');
+    const all = widgets.flatMap((w) => (w.properties.metrics ?? []).map((m) => ({ widget: w.properties.title, ...series(m) })));
+    for (const s of all) {
+      if (s.namespace === 'AWS/Lambda') assert.deepEqual(s.dimensions, { FunctionName: functionName('staging') }, `${s.widget}: ${s.name}`);
+      else {
+        assert.equal(s.namespace, 'OutboxRelay');
+        assert.deepEqual(s.dimensions, { service: 'outbox-relay', stage: 'staging' }, `${s.widget}: ${s.name}`);
+        assert.ok(Object.hasOwn(METRICS, s.name), `${s.name} is a metric the relay emits`);
+      }
+      assert.ok(s.stat && s.label, `${s.widget}: ${s.name} has a statistic and a label`);
+    }
+    for (const w of widgets.filter((w) => w.type === 'metric')) assert.equal(w.properties.region, 'us-east-1', w.properties.title);
+    const names = new Set(all.map((s) => `${s.namespace}/${s.name}`));
+    for (const needed of ['OutboxRelay/OldestPendingAgeMs', 'OutboxRelay/PendingRows', 'OutboxRelay/ParkedRows', 'OutboxRelay/Published', 'AWS/Lambda/Errors', 'AWS/Lambda/Invocations', 'AWS/Lambda/Throttles']) {
+      assert.ok(names.has(needed), `${needed} is on the dashboard`);
+    }
+  });
+
+  it("marks the age alarm's threshold, follows its parameter, and lays widgets on CloudWatch's 24-column grid without overlap", () => {
+    const age = (params: Record<string, string>) => dashboard(params).widgets.find((w) => w.properties.metrics?.some((m) => m[1] === 'OldestPendingAgeMs'));
+    assert.deepEqual(age({})?.properties.annotations?.horizontal, [{ label: 'alarm', value: 300_000 }]);
+    assert.deepEqual(age({ alarmOldestPendingAgeMs: '120000' })?.properties.annotations?.horizontal, [{ label: 'alarm', value: 120_000 }]);
+    const duration = dashboard({ timeout: '30' }).widgets.find((w) => w.properties.title?.startsWith('Invocation duration'));
+    assert.deepEqual(duration?.properties.annotations?.horizontal, [{ label: 'timeout', value: 30_000 }]);
+
+    const { widgets } = dashboard();
+    const cells = new Set<string>();
+    for (const w of widgets) {
+      assert.ok(w.x >= 0 && w.width > 0 && w.x + w.width <= 24, `${w.properties.title ?? 'text'} fits 24 columns`);
+      for (let x = w.x; x < w.x + w.width; x++) {
+        for (let y = w.y; y < w.y + w.height; y++) {
+          assert.ok(!cells.has(`${x},${y}`), `${w.properties.title ?? 'text'} overlaps another widget at ${x},${y}`);
+          cells.add(`${x},${y}`);
+        }
+      }
+    }
+  });
+
+  it('docs/dashboard.svg draws the current layout (UPDATE_DASHBOARD_SVG=1 npm run test:unit rewrites it)', () => {
+    const svg = renderDashboard(dashboard().widgets);
+    const file = join(root, 'docs', 'dashboard.svg');
+    if (process.env.UPDATE_DASHBOARD_SVG === '1') writeFileSync(file, svg);
+    assert.equal(readFileSync(file, 'utf8'), svg, 'docs/dashboard.svg is stale: UPDATE_DASHBOARD_SVG=1 npm run test:unit');
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// docs/dashboard.svg: the widget grid as CloudWatch lays it out (24 columns), each widget with its
+// title, series (statistic and metric) and threshold lines. A layout, not data.
+
+const CELL_W = 44;
+const CELL_H = 34;
+const PAD = 16;
+const COLORS = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b'];
+
+const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
+
+function renderDashboard(widgets: Widget[]): string {
+  const rows = Math.max(...widgets.map((w) => w.y + w.height));
+  const width = PAD * 2 + 24 * CELL_W;
+  const height = PAD * 2 + rows * CELL_H;
+  const out: string[] = [];
+  out.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="Helvetica, Arial, sans-serif">`);
+  out.push(`<rect width="${width}" height="${height}" fill="#f2f3f3"/>`);
+  for (const w of widgets) {
+    const x = PAD + w.x * CELL_W + 4;
+    const y = PAD + w.y * CELL_H + 4;
+    const wpx = w.width * CELL_W - 8;
+    const hpx = w.height * CELL_H - 8;
+    out.push(`<g>`);
+    out.push(`<rect x="${x}" y="${y}" width="${wpx}" height="${hpx}" rx="4" fill="#ffffff" stroke="#d5dbdb"/>`);
+    if (w.type === 'text') {
+      const [heading = '', ...rest] = (w.properties.markdown ?? '').split('\n');
+      out.push(`<text x="${x + 12}" y="${y + 24}" font-size="16" font-weight="bold" fill="#16191f">${esc(heading.replace(/^#+\s*/, ''))}</text>`);
+      const text = rest.join(' ');
+      const shown = text.length <= 160 ? text : `${text.slice(0, text.lastIndexOf(' ', 160))} …`;
+      out.push(`<text x="${x + 12}" y="${y + 44}" font-size="11" fill="#545b64">${esc(shown)}</text>`);
+    } else {
+      out.push(`<text x="${x + 12}" y="${y + 20}" font-size="13" font-weight="bold" fill="#16191f">${esc(w.properties.title ?? '')}</text>`);
+      // the plot area: axes, and each threshold as a dashed line
+      const px = x + 12;
+      const py = y + 32;
+      const pw = wpx - 24;
+      const ph = hpx - 44 - 16 * (w.properties.metrics?.length ?? 0);
+      out.push(`<path d="M${px} ${py} V${py + ph} H${px + pw}" fill="none" stroke="#aab7b8"/>`);
+      if (w.properties.stacked) out.push(`<text x="${px + pw}" y="${py + 10}" font-size="10" text-anchor="end" fill="#879596">stacked</text>`);
+      for (const a of w.properties.annotations?.horizontal ?? []) {
+        const ay = py + Math.round(ph * 0.3);
+        out.push(`<line x1="${px}" y1="${ay}" x2="${px + pw}" y2="${ay}" stroke="#d13212" stroke-dasharray="6 4"/>`);
+        out.push(`<text x="${px + pw - 4}" y="${ay - 4}" font-size="10" text-anchor="end" fill="#d13212">${esc(`${a.label} ${a.value.toLocaleString('en-US')}`)}</text>`);
+      }
+      (w.properties.metrics ?? []).forEach((m, i) => {
+        const s = series(m);
+        const ly = py + ph + 16 + i * 16;
+        out.push(`<rect x="${px}" y="${ly - 9}" width="10" height="10" fill="${COLORS[i % COLORS.length]}"/>`);
+        out.push(`<text x="${px + 16}" y="${ly}" font-size="11" fill="#16191f">${esc(`${s.label ?? s.name}: ${s.stat ?? ''} of ${s.namespace} ${s.name}`)}</text>`);
+      });
+    }
+    out.push(`</g>`);
+  }
+  out.push(`</svg>`);
+  return out.join('\n') + '\n';
+}
