@@ -563,8 +563,10 @@ describe('database faults: the relay\'s backend terminated mid-batch', () => {
     const res = await running.result;
     assert.equal(res.code, 1, `the invocation fails:\n${res.stderr.slice(-2_000)}`);
     assert.equal(res.summary?.stoppedBecause, 'database-error');
-    // the wording depends on where the relay was (ECONNRESET, CONNECTION_CLOSED, 57P01, ...)
-    assert.match(res.stderr, /outbox-relay: DatabaseError: (database error while|a database connection closed)/);
+    // the wording depends on where the relay was (ECONNRESET, CONNECTION_CLOSED, 57P01, ...); once,
+    // on a machine loaded by a benchmark, a statement on a terminated connection got no answer at
+    // all and the invocation failed at its deadline instead (G5 holds either way)
+    assert.match(res.stderr, /outbox-relay: DatabaseError: (database error while|a database connection closed|the database did not answer in time)/);
     const stateAfterKill = await rowStates(f.table);
     assert.ok(stateAfterKill.some((r) => !r.sent), 'work was left for the next invocation');
     assert.equal(Math.max(...stateAfterKill.map((r) => r.attempts)), 0, 'a database fault is charged to no row');

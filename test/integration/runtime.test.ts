@@ -60,7 +60,7 @@ describe('migrate', () => {
   it('creates a schema-qualified table', async () => {
     const schema = uniqueName('app');
     const r = await migrate(sql, parseTableName(`${schema}.events`));
-    assert.deepEqual(r.applied, [1]);
+    assert.deepEqual(r.applied, [1, 2]);
     const [row] = await sql<{ t: string | null }[]>`SELECT to_regclass(${`${schema}.events`})::text AS t`;
     assert.equal(row?.t, `${schema}.events`);
     await sql.unsafe(`DROP SCHEMA ${schema} CASCADE`);
