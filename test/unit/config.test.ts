@@ -193,3 +193,27 @@ describe('loadConfig: every variable, its default and its bounds', () => {
     ]);
   });
 });
+
+describe('loadConfig: telemetry (service, stage, namespace, where metrics go)', () => {
+  it('defaults: outbox-relay, local, OutboxRelay; metrics to stderr outside Lambda, stdout inside', () => {
+    assert.deepEqual(loadConfig(base).telemetry, { serviceName: 'outbox-relay', stage: 'local', metricsNamespace: 'OutboxRelay', metrics: 'stderr' });
+    assert.equal(loadConfig({ ...base, AWS_LAMBDA_FUNCTION_NAME: 'relay-prod' }).telemetry.metrics, 'stdout');
+    assert.equal(loadConfig({ ...base, AWS_LAMBDA_FUNCTION_NAME: 'relay-prod', OUTBOX_METRICS: 'off' }).telemetry.metrics, 'off');
+  });
+
+  it('reads every variable', () => {
+    const t = loadConfig({ ...base, POWERTOOLS_SERVICE_NAME: 'orders-relay', OUTBOX_STAGE: 'prod-eu_1', POWERTOOLS_METRICS_NAMESPACE: 'Team/Outbox', OUTBOX_METRICS: 'STDOUT' }).telemetry;
+    assert.deepEqual(t, { serviceName: 'orders-relay', stage: 'prod-eu_1', metricsNamespace: 'Team/Outbox', metrics: 'stdout' });
+  });
+
+  it('refuses what CloudWatch would drop: a long service name, a stage or namespace of the wrong form, the AWS/ prefix', () => {
+    assert.deepEqual(problems({ ...base, POWERTOOLS_SERVICE_NAME: 'x'.repeat(251) }), ['POWERTOOLS_SERVICE_NAME must be at most 250 characters']);
+    assert.equal(loadConfig({ ...base, POWERTOOLS_SERVICE_NAME: 'x'.repeat(250) }).telemetry.serviceName.length, 250);
+    assert.match(problems({ ...base, OUTBOX_STAGE: 'prod stage' })[0]!, /^OUTBOX_STAGE="prod stage" must be 1-64 letters/);
+    assert.match(problems({ ...base, OUTBOX_STAGE: 's'.repeat(65) })[0]!, /OUTBOX_STAGE/);
+    assert.equal(loadConfig({ ...base, OUTBOX_STAGE: 's'.repeat(64) }).telemetry.stage.length, 64);
+    assert.match(problems({ ...base, POWERTOOLS_METRICS_NAMESPACE: 'AWS/Lambda' })[0]!, /not starting with AWS\//);
+    assert.match(problems({ ...base, POWERTOOLS_METRICS_NAMESPACE: 'bad|ns' })[0]!, /is not a CloudWatch namespace/);
+    assert.match(problems({ ...base, OUTBOX_METRICS: 'file' })[0]!, /OUTBOX_METRICS="file" is not one of stdout, stderr, off/);
+  });
+});
