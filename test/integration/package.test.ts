@@ -184,7 +184,7 @@ describe('packaged for AWS (stage prod, default parameters)', () => {
     assert.equal(p.Timeout, 60);
     assert.equal(p.MemorySize, 512);
     assert.match((p.Code as Obj).S3Key as string, /\/relay\.zip$/);
-    assert.equal(p.ReservedConcurrentExecutions, undefined, 'no reserved concurrency unless asked for');
+    assert.equal(p.ReservedConcurrentExecutions, 2, 'reserved concurrency 2 by default: at most 2 × 3 Postgres connections');
     assert.equal(p.VpcConfig, undefined, 'no VPC unless subnetIds is given');
   });
 
@@ -223,12 +223,18 @@ describe('packaged for AWS (stage prod, default parameters)', () => {
     const env = (theFunction(t).p.Environment as Obj).Variables as Obj;
     assert.deepEqual(env, {
       NODE_OPTIONS: '--enable-source-maps',
+      NODE_EXTRA_CA_CERTS: '/var/runtime/ca-cert.pem',
       DATABASE_SECRET_ID: DB_SECRET,
       DATABASE_PREPARE: 'true',
-      DATABASE_SSL: '',
+      DATABASE_SSL: 'verify-full',
+      DATABASE_CONNECT_TIMEOUT_MS: '5000',
       KAFKA_BROKERS: BROKERS,
       KAFKA_SECRET_ID: KAFKA_SECRET,
       KAFKA_SSL: 'true',
+      KAFKA_SSL_REJECT_UNAUTHORIZED: 'true',
+      OUTBOX_COMPRESSION: 'none',
+      OUTBOX_MAX_MESSAGE_BYTES: '',
+      OUTBOX_MAX_REQUEST_BYTES: '1048576',
       OUTBOX_TABLE: 'outbox',
       OUTBOX_BATCH_SIZE: '500',
       OUTBOX_SAFETY_MARGIN_MS: '3000',

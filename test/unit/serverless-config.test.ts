@@ -98,12 +98,12 @@ describe('serverless.yml', () => {
   it('sets only environment variables the relay reads', () => {
     const configSource = readFileSync(join(root, 'src', 'config.ts'), 'utf8');
     for (const name of Object.keys(sls.provider.environment)) {
-      if (name === 'NODE_OPTIONS') continue;
+      if (name === 'NODE_OPTIONS' || name === 'NODE_EXTRA_CA_CERTS') continue; // read by Node itself
       assert.ok(configSource.includes(`'${name}'`), `${name} is not read by src/config.ts`);
     }
   });
 
-  it("defaults every relay setting to the relay's own default (except KAFKA_SSL, on for MSK, and the stage)", () => {
+  it("defaults every relay setting to the relay's own default (except KAFKA_SSL, on for MSK, TLS to the database, and the stage)", () => {
     // The environment block as osls resolves it for a stage without overrides; an empty value is
     // unset for the relay, and a parameter without a default (the secret) is left out.
     const env: Record<string, string> = {};
@@ -112,6 +112,10 @@ describe('serverless.yml', () => {
     }
     assert.equal(env.KAFKA_SSL, 'true');
     delete env.KAFKA_SSL;
+    assert.equal(env.DATABASE_SSL, 'verify-full', 'TLS to the database, verified, by default in a deployed stage');
+    assert.equal(env.NODE_EXTRA_CA_CERTS, '/var/runtime/ca-cert.pem', "with the RDS CAs of Lambda's Node runtime");
+    delete env.DATABASE_SSL;
+    delete env.NODE_EXTRA_CA_CERTS;
     assert.equal(env.OUTBOX_STAGE, 'prod', 'the deployment stage (${sls:stage}), not a relay default');
     delete env.OUTBOX_STAGE;
     const required = { DATABASE_URL: 'postgres://u:p@127.0.0.1:5432/db', KAFKA_BROKERS: '127.0.0.1:9092' };
