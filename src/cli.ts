@@ -19,7 +19,7 @@ commands:
   schedule [--every MS] [--timeout MS] [--max N]
                                    fire an invocation every MS (default 60000), like EventBridge;
                                    Ctrl-C lets running invocations finish, then exits
-  status [--json]                  pending, retrying and parked rows per topic, oldest pending age
+  status [--json] [--timeout MS]   pending, retrying and parked rows per topic, oldest pending age (gives up after MS, default 30000)
   parked list [--limit N] [--json] parked rows with their last error
   parked retry <id>... | --all     put parked rows back to pending (attempts reset)
   parked skip <id>...              never send these rows (kept for audit)
@@ -153,7 +153,7 @@ export async function main(argv: string[]): Promise<number> {
       await schedule(positiveInt('every', values.every, 60_000), positiveInt('timeout', values.timeout, 60_000), values.max === undefined ? undefined : positiveInt('max', values.max, 1));
       return 0;
     case 'status':
-      return statusCommand(values.json);
+      return statusCommand(values.json, values.timeout);
     case 'parked':
       return parkedCommand(sub, rest, { json: values.json, all: values.all, limit: values.limit });
     default:
@@ -162,11 +162,13 @@ export async function main(argv: string[]): Promise<number> {
 }
 
 /** how long `status` waits for the backlog figures (the same bounded read the metrics make) */
-const STATUS_BACKLOG_TIMEOUT_MS = 30_000;
+// status never waits longer than this (a table locked by a migration, a hung server); overridable
+// for scripts that poll it
+const STATUS_TIMEOUT_MS = 30_000;
 
-async function statusCommand(json: boolean): Promise<number> {
+async function statusCommand(json: boolean, timeout: string | undefined): Promise<number> {
   const rt = getRuntime();
-  const deadline = new Deadline(Date.now() + STATUS_BACKLOG_TIMEOUT_MS);
+  const deadline = new Deadline(Date.now() + positiveInt('timeout', timeout, STATUS_TIMEOUT_MS));
   const s = await status(await rt.database(), rt.config.outbox.table, rt.config.outbox.topicTemplate, deadline).catch((e: unknown) => {
     throw wrapDbError(e, 'reading status');
   });

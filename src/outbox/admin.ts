@@ -97,7 +97,15 @@ export interface Status extends Backlog {
 
 /** `status`: exact counts by topic (one pass over the unsent rows), plus the backlog figures the metrics report. */
 export async function status(sql: Sql, table: TableName, template: string, deadline: Deadline): Promise<Status> {
-  const rows = await sql.unsafe<{ topic_override: string; aggregatetype: string; pending: string; retrying: string; parked: string; oldest_pending_ms: string | null }[]>(q.statusSql(qualified(table)));
+  // per topic, over every pending row: bounded on the server (statement_timeout) and by the deadline
+  const serverMs = String(Math.max(1, deadline.remaining() - 100));
+  const rows = await deadline.race(
+    'reading the status per topic',
+    sql.begin(async (tx) => {
+      await tx`SELECT set_config('statement_timeout', ${serverMs}, true)`;
+      return tx.unsafe<{ topic_override: string; aggregatetype: string; pending: string; retrying: string; parked: string; oldest_pending_ms: string | null }[]>(q.statusSql(qualified(table)));
+    }),
+  );
   const byTopic = new Map<string, TopicStatus>();
   for (const r of rows) {
     const topic = topicFor({ topic: r.topic_override || null, aggregatetype: r.aggregatetype, type: '{type}' }, template);

@@ -512,6 +512,30 @@ describe('operator commands (CLI)', () => {
   });
 });
 
+describe('every wait has an end: status', () => {
+  it('a table locked by another transaction (a migration holding ACCESS EXCLUSIVE): status gives up at its timeout with a clear error', async () => {
+    const f = await fixture(sql, 'statuslock');
+    await insertEvents(sql, f.table, [{ aggregateid: 'a' }]);
+    const locker = await sql.reserve();
+    let res;
+    try {
+      await locker`BEGIN`;
+      await locker.unsafe(`LOCK TABLE ${t(f.table)} IN ACCESS EXCLUSIVE MODE`);
+      res = await runCli(['status', '--json', '--timeout', '2000'], f.env);
+    } finally {
+      await locker`ROLLBACK`;
+      locker.release();
+    }
+    assert.equal(res.code, 1, res.stderr);
+    assert.ok(res.durationMs < 2_000 + 4_000, `gave up near its timeout (plus process start): ${res.durationMs} ms`);
+    assert.match(res.stderr, /DatabaseError: database error while reading status: canceling statement due to statement timeout/);
+    // unlocked, it answers
+    const ok = await runCli(['status', '--json'], f.env);
+    assert.equal(ok.code, 0, ok.stderr);
+    assert.equal((ok.summary as { pending: number }).pending, 1);
+  });
+});
+
 /** Terminate every backend of the relay (found by its application_name = OUTBOX_CLIENT_ID); returns how many. */
 async function terminateBackends(admin: Sql, where: { applicationName?: string; user?: string }): Promise<number> {
   const rows = where.applicationName
