@@ -5,6 +5,8 @@
 // for the default OUTBOX_SENT_ROWS=keep (rows marked sent), and relay and sql again with
 // OUTBOX_SENT_ROWS=delete. ratio = relay / min(producer, sql guarded). Prints a table, then one
 // JSON line.
+// Opt-in, with --only (bench/retention.ts): `sustained` (retention keeping pace for --minutes at the
+// relay's full rate) and `burst` (empty-claim time after 200,000 rows were relayed and pruned).
 import { writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 import { availableParallelism } from 'node:os';
@@ -21,6 +23,7 @@ import { migrate } from '../src/outbox/migrate.ts';
 import { OutboxStore } from '../src/outbox/store.ts';
 import { runInvocation } from '../src/relay.ts';
 import { CpuMeter, type CpuSample } from './cpu.ts';
+import { benchBurst, benchSustained, type RetentionBenchContext } from './retention.ts';
 
 const { Kafka, logLevel, Partitioners } = kafkajs;
 
@@ -34,6 +37,17 @@ const { values } = parseArgs({
     repeat: { type: 'string', default: process.env.BENCH_REPEAT ?? '3' },
     // comma-separated subset of the measurements, e.g. --only relay,producer (for profiling)
     only: { type: 'string' },
+    // --only sustained: its length, the invocations' (EventBridge's minute compressed), the
+    // retention window, the baseline run without retention, the backlog the producer keeps
+    minutes: { type: 'string', default: '4' },
+    'invoke-seconds': { type: 'string', default: '20' },
+    'retain-seconds': { type: 'string', default: '30' },
+    'baseline-seconds': { type: 'string', default: '60' },
+    backlog: { type: 'string', default: '4' },
+    producers: { type: 'string', default: '2' },
+    // --only burst: rows in the burst, empty claims timed per state
+    'burst-events': { type: 'string', default: '200000' },
+    claims: { type: 'string', default: '20' },
   },
 });
 const N = Number(values.events);
@@ -198,8 +212,11 @@ function median(results: Result[]): Result & { min: number; max: number } {
   return { ...mid, min: sorted[0]!.perSec, max: sorted[sorted.length - 1]!.perSec };
 }
 
+function retentionContext(): RetentionBenchContext {
+  return { sql, kafka, env, logger, meter, run, batch: BATCH, payloadBytes: PAYLOAD, aggregates: AGGREGATES, partitions: Number(values.partitions) };
+}
+
 async function main(): Promise<void> {
-  process.stderr.write(`bench: ${N} events, ~${PAYLOAD}-byte payloads, batch ${BATCH}, ${AGGREGATES} aggregates, ${REPEAT} repetitions (medians)\n`);
   const phases: Array<[string, () => Promise<Result>]> = [
     ['producer', benchProducer],
     ['sqlGuarded', () => benchSql(true)],
@@ -208,9 +225,29 @@ async function main(): Promise<void> {
     ['sqlDelete', () => benchSql(true, 'delete')],
     ['relayDelete', () => benchRelay('delete')],
   ];
+  // long-running, each run once and only when named in --only (bench/retention.ts)
+  const extras: Array<[string, () => Promise<Record<string, unknown>>]> = [
+    [
+      'sustained',
+      () =>
+        benchSustained(retentionContext(), {
+          minutes: Number(values.minutes),
+          invokeSeconds: Number(values['invoke-seconds']),
+          retainSeconds: Number(values['retain-seconds']),
+          baselineSeconds: Number(values['baseline-seconds']),
+          backlogBatches: Number(values.backlog),
+          producers: Math.max(1, Number(values.producers)),
+        }),
+    ],
+    ['burst', () => benchBurst(retentionContext(), Number(values['burst-events']), Math.max(1, Number(values.claims)))],
+  ];
   const only = values.only?.split(',').map((s) => s.trim());
-  const unknown = only?.filter((k) => !phases.some(([key]) => key === k));
-  if (unknown?.length) throw new Error(`--only: unknown measurement ${unknown.join(', ')}; choose from ${phases.map(([k]) => k).join(', ')}`);
+  const known = [...phases, ...extras].map(([k]) => k);
+  const unknown = only?.filter((k) => !known.includes(k));
+  if (unknown?.length) throw new Error(`--only: unknown measurement ${unknown.join(', ')}; choose from ${known.join(', ')}`);
+  if (!only || phases.some(([k]) => only.includes(k))) {
+    process.stderr.write(`bench: ${N} events, ~${PAYLOAD}-byte payloads, batch ${BATCH}, ${AGGREGATES} aggregates, ${REPEAT} repetitions (medians)\n`);
+  }
   const all = new Map<string, Result[]>(phases.map(([k]) => [k, []]));
   for (let i = 0; i < REPEAT; i++) {
     run = `${Date.now().toString(36)}r${i}`;
@@ -221,7 +258,16 @@ async function main(): Promise<void> {
       process.stderr.write(`  run ${i + 1}/${REPEAT} ${r.name}: ${r.perSec} events/s${r.cpu ? `  cpu ${cpuText(r)}` : ''}${r.note ? `\n      ${r.note}` : ''}\n`);
     }
   }
-  if (only) return;
+  const extraResults: Record<string, unknown> = {};
+  for (const [key, extra] of extras) {
+    if (!only?.includes(key)) continue;
+    run = `${Date.now().toString(36)}x`;
+    extraResults[key] = await extra();
+  }
+  if (only) {
+    if (Object.keys(extraResults).length) console.log(`\n${JSON.stringify({ cores: availableParallelism(), ...extraResults })}`);
+    return;
+  }
   const m = (k: string) => median(all.get(k)!);
   const [producer, sqlGuarded, sqlPlain, relay, sqlDelete, relayDelete] = ['producer', 'sqlGuarded', 'sqlPlain', 'relay', 'sqlDelete', 'relayDelete'].map(m) as [ReturnType<typeof m>, ReturnType<typeof m>, ReturnType<typeof m>, ReturnType<typeof m>, ReturnType<typeof m>, ReturnType<typeof m>];
   const rows = [relay, producer, sqlGuarded, sqlPlain, relayDelete, sqlDelete];
