@@ -41,6 +41,7 @@ import {
   type Consumed,
   type EventSpec,
   type Fixture,
+  invokeOk as invoke,
 } from './helpers.ts';
 
 let sql: Sql;
@@ -86,12 +87,6 @@ async function rowById(table: string, id: string): Promise<RowState> {
 /** Bring every backing-off row due now, so the next invocation retries it (instead of waiting). */
 async function makeDue(table: string): Promise<void> {
   await sql.unsafe(`UPDATE ${t(table)} SET next_attempt_at = now() WHERE sent_at IS NULL AND attempts > 0 AND next_attempt_at > now()`);
-}
-
-async function invoke(env: Record<string, string>, timeoutMs = 20_000) {
-  const res = await runCli(['invoke', '--timeout', String(timeoutMs)], env);
-  assert.equal(res.code, 0, `invoke failed:\n${res.stderr}`);
-  return res.summary!;
 }
 
 function idsOf(msgs: Consumed[]): string[] {

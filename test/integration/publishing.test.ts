@@ -34,10 +34,10 @@ import {
   isSorted,
   kafka,
   markedIds,
-  runCli,
   startCli,
   type Consumed,
   type EventSpec,
+  invokeOk as invoke,
 } from './helpers.ts';
 
 let sql: Sql;
@@ -49,12 +49,6 @@ after(async () => {
 });
 
 const t = (table: string) => qualified(parseTableName(table));
-
-async function invoke(env: Record<string, string>, timeoutMs = 20_000) {
-  const res = await runCli(['invoke', '--timeout', String(timeoutMs)], env);
-  assert.equal(res.code, 0, `invoke failed:\n${res.stderr}`);
-  return res.summary!;
-}
 
 async function attemptsCharged(table: string): Promise<number> {
   const [r] = await sql.unsafe<{ n: string }[]>(`SELECT coalesce(sum(attempts), 0) AS n FROM ${t(table)}`);
