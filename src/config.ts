@@ -44,6 +44,12 @@ export interface Config {
     sentRows: 'keep' | 'delete';
     /** delete sent rows older than this many ms at the end of an invocation; 0 = never */
     retainSentMs: number;
+    /** when nothing is left to send: exit, or linger until the budget is spent, waking on new rows (src/loop/idle.ts) */
+    idle: 'exit' | 'linger';
+    /** how a lingering invocation learns of new rows: LISTEN/NOTIFY (a direct connection) or a probe every pollMs */
+    wake: 'notify' | 'poll';
+    /** the probe's period when wake = poll */
+    pollMs: number;
   };
   logLevel: Level;
   /** Powertools logger and metrics (src/log.ts, src/metrics.ts) */
@@ -110,10 +116,11 @@ class EnvReader {
 
 export function loadConfig(env: Env = process.env): Config {
   const read = new EnvReader(env);
+  const database = databaseConfig(read);
   const config: Config = {
-    database: databaseConfig(read),
+    database,
     kafka: kafkaConfig(read),
-    outbox: outboxConfig(read),
+    outbox: outboxConfig(read, database.prepare),
     logLevel: read.oneOf('OUTBOX_LOG_LEVEL', ['debug', 'info', 'warn', 'error'] as const, 'info'),
     telemetry: telemetryConfig(read),
     testPauseAfterPublishMs: read.int('OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS', 0, 0, 3_600_000),
@@ -162,7 +169,7 @@ function kafkaConfig(read: EnvReader): Config['kafka'] {
   };
 }
 
-function outboxConfig(read: EnvReader): Config['outbox'] {
+function outboxConfig(read: EnvReader, prepare: boolean): Config['outbox'] {
   let table: TableName = { schema: undefined, name: 'outbox' };
   const tableRaw = read.str('OUTBOX_TABLE');
   if (tableRaw !== undefined) {
@@ -192,6 +199,12 @@ function outboxConfig(read: EnvReader): Config['outbox'] {
     maxMessageBytes: read.str('OUTBOX_MAX_MESSAGE_BYTES') === undefined ? undefined : read.int('OUTBOX_MAX_MESSAGE_BYTES', 1_000_000, 1_024, 100_000_000),
     sentRows: read.oneOf('OUTBOX_SENT_ROWS', ['keep', 'delete'] as const, 'keep'),
     retainSentMs: read.int('OUTBOX_RETAIN_SENT_MS', 86_400_000, 0, 365 * 86_400_000),
+    idle: read.oneOf('OUTBOX_IDLE', ['exit', 'linger'] as const, 'exit'),
+    // DATABASE_PREPARE=false says a pooler sits in between (PgBouncer in transaction mode, RDS
+    // Proxy): LISTEN does not work through the first and pins a session of the second, so polling
+    // is the default there
+    wake: read.oneOf('OUTBOX_WAKE', ['notify', 'poll'] as const, prepare ? 'notify' : 'poll'),
+    pollMs: read.int('OUTBOX_POLL_MS', 250, 10, 60_000),
   };
 }
 

@@ -35,6 +35,9 @@ export const METRICS = {
   WaitedClaimMs: MetricUnit.Milliseconds,
   WaitedPublishMs: MetricUnit.Milliseconds,
   WaitedCommitMs: MetricUnit.Milliseconds,
+  // linger mode (OUTBOX_IDLE=linger): time spent waiting for new rows, and how often it woke
+  WaitedIdleMs: MetricUnit.Milliseconds,
+  Wakeups: MetricUnit.Count,
   // from the table, after the invocation (Maximum is the figure to watch)
   OldestPendingAgeMs: MetricUnit.Milliseconds,
   PendingRows: MetricUnit.Count,
@@ -100,6 +103,8 @@ export function addSummaryMetrics(metrics: Metrics, s: Summary): void {
   add('WaitedClaimMs', s.waitedMs.claim);
   add('WaitedPublishMs', s.waitedMs.publish);
   add('WaitedCommitMs', s.waitedMs.commit);
+  add('WaitedIdleMs', s.waitedMs.idle);
+  add('Wakeups', s.wakeups.notified + s.wakeups.probe + s.wakeups.reclaim);
 }
 
 /** The table's figures; the capped flags as 0 or 1. */

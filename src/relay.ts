@@ -14,6 +14,7 @@ import { classifySendError } from './kafka/classify.ts';
 import type { PublishOutcome, Publisher } from './kafka/publisher.ts';
 import type { Logger } from './log.ts';
 import { CommitChain } from './loop/commit-chain.ts';
+import { Idle } from './loop/idle.ts';
 import { planBatch, topicsToSend } from './loop/plan.ts';
 import { Retention } from './loop/retention.ts';
 import type { BatchTransaction, ClaimedRow, Store } from './loop/ports.ts';
@@ -96,20 +97,48 @@ class Invocation {
   /** the batch whose transaction is open, rolled back if the invocation fails */
   private inHand: Batch | undefined;
   private ahead: NextClaim | undefined;
+  /** linger mode only: waits for new rows once nothing is left to claim */
+  private readonly idle: Idle | undefined;
+  /** the latest claim: when it started, the notifications it had seen, and whether it found nothing pending at all */
+  private lastClaim = { at: 0, seen: 0, nothingPending: false };
 
   constructor(
     private readonly deps: RelayDeps,
     private readonly deadline: Deadline,
-  ) {}
+  ) {
+    if (deps.config.idle === 'linger') this.idle = new Idle(deps.store, deps.config, deps.logger);
+  }
 
   async relayAll(): Promise<void> {
     try {
       let batch = this.budgetAllowsBatch() ? await timed(this.summary, 'claim', this.claim()) : this.stop('budget');
-      while (batch) batch = await this.relayBatch(batch);
+      while (batch) {
+        batch = await this.relayBatch(batch);
+        batch ??= await this.linger();
+      }
       await timed(this.summary, 'commit', this.commits.answered());
     } catch (err) {
       throw await this.failed(err);
+    } finally {
+      await this.idle?.close();
     }
+  }
+
+  /**
+   * Linger mode, after a stop that means "nothing to claim now": wait for new rows (src/loop/idle.ts)
+   * until only a batch's time is left, then claim. Undefined: the invocation ends, with the stop
+   * reason of its last claim.
+   */
+  private async linger(): Promise<Batch | undefined> {
+    if (!this.idle || !LINGERS_AFTER.has(this.summary.stoppedBecause)) return undefined;
+    // the last COMMIT's answer first: a failed one fails the invocation now, not when it ends
+    await timed(this.summary, 'commit', this.commits.answered());
+    const woke = await timed(this.summary, 'idle', this.idle.wait(this.deadline, this.deadline.at - this.batchReserveMs(), this.lastClaim));
+    if (!woke) return undefined;
+    this.summary.wakeups[woke]++;
+    // aggregates found behind an application's lock are looked at again now and then, not only by the next invocation
+    if (woke === 'reclaim') this.stuckAggregates.clear();
+    return timed(this.summary, 'claim', this.claim());
   }
 
   /** One turn of the loop: publish `batch` and commit what was acked. Returns the next batch, or undefined to stop. */
@@ -159,7 +188,9 @@ class Invocation {
     await this.release(batch);
     if (this.stuckAggregates.size > 0) return this.stop('behind-foreign-locks');
     if (this.backedOffTopics.size > 0) return this.stop('topics-backed-off');
-    return this.stop(await this.deps.store.nothingClaimable(this.deadline));
+    const why = await this.deps.store.nothingClaimable(this.deadline);
+    this.lastClaim.nothingPending = why === 'empty';
+    return this.stop(why);
   }
 
   /**
@@ -307,6 +338,7 @@ class Invocation {
   /** Open a batch transaction and claim into it; `after`: follow that transaction's COMMIT on its connection. */
   private async claim(after?: BatchTransaction, inFlight: string[] = []): Promise<Batch> {
     const startedAt = Date.now();
+    this.lastClaim = { at: startedAt, seen: this.idle?.seen() ?? 0, nothingPending: false };
     const tx = await this.deps.store.begin(this.deadline, after);
     try {
       const rows = await tx.claim(this.deps.config.batchSize, {
@@ -335,7 +367,11 @@ class Invocation {
    * broker (seen about once in 12-30 invocations under sustained load, before this rule).
    */
   private budgetAllowsBatch(): boolean {
-    return this.deadline.fits(this.timer.expected() * 2 + MARK_RESERVE_MS);
+    return this.deadline.fits(this.batchReserveMs());
+  }
+
+  private batchReserveMs(): number {
+    return this.timer.expected() * 2 + MARK_RESERVE_MS;
   }
 
   private stop(reason: StopReason): undefined {
@@ -364,3 +400,6 @@ class Invocation {
 }
 
 function noop(): void {}
+
+/** The stops that mean "nothing to claim now": linger mode waits for rows after them. */
+const LINGERS_AFTER: ReadonlySet<StopReason> = new Set(['empty', 'behind-failed-rows', 'locked', 'behind-foreign-locks', 'topics-backed-off']);

@@ -61,6 +61,8 @@ export class KafkajsPublisher implements Publisher {
   private refreshCredentials = false;
   private readonly limits = new Map<string, number>();
   connects = 0;
+  /** close() was called: a connect that finishes later is disposed of, never used */
+  private closed = false;
 
   constructor(private readonly opts: KafkajsPublisherOptions) {}
 
@@ -122,7 +124,8 @@ export class KafkajsPublisher implements Publisher {
       this.refreshCredentials = false;
       this.connects++;
       const slot: ProducerSlot = { producer, admin: kafka.admin(), inFlight: 0, retired: false, disposed: false };
-      this.slot = slot;
+      // closed meanwhile: close() disposes of this one; it must not become the current producer
+      if (!this.closed) this.slot = slot;
       return slot;
     }
   }
@@ -289,6 +292,10 @@ export class KafkajsPublisher implements Publisher {
   }
 
   async close(): Promise<void> {
+    this.closed = true;
+    // A connect abandoned at a deadline (a frozen broker) may still succeed later: its producer is
+    // disconnected then, or it would hold a connection, and the process, open forever.
+    void this.connecting?.then((late) => this.dispose(late), noop);
     const slot = this.slot;
     this.slot = undefined;
     if (!slot) return;
@@ -308,3 +315,5 @@ function stopFor(topic: string, failure: Exclude<SendFailure, { scope: 'record' 
   else outcome.unavailable ??= failure.error;
   return 'stop';
 }
+
+function noop(): void {}

@@ -46,10 +46,22 @@ export interface BatchTransaction {
   rollback(): Promise<void>;
 }
 
+export interface InsertWatch {
+  /** UNLISTEN and close the connection. Never rejects. */
+  close(): Promise<void>;
+}
+
 export interface Store {
   /** Open a batch transaction; `after`: a transaction whose COMMIT is on the wire, to follow on its connection. */
   begin(deadline: Deadline, after?: BatchTransaction): Promise<BatchTransaction>;
   nothingClaimable(deadline: Deadline): Promise<NothingClaimable>;
+  /** The highest seq among pending rows, null when none: a lingering invocation's cheap probe for new rows. */
+  newestPending(deadline: Deadline): Promise<string | null>;
+  /**
+   * LISTEN for the table's inserts (migration 003's trigger) on a connection of its own, until
+   * close(). Rejects when LISTEN cannot be set up; `lost` is called if that connection closes.
+   */
+  watchInserts(deadline: Deadline, on: { insert(): void; lost(err: unknown): void }): Promise<InsertWatch>;
   /** One retention chunk (see OutboxStore.pruneChunk): rows deleted, fewer than `limit` when none older is left. */
   pruneChunk(column: 'sent_at' | 'skipped_at', retainMs: number, limit: number, deadline: Deadline): Promise<number>;
 }

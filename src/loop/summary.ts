@@ -25,10 +25,16 @@ export interface Summary {
   topicsBackedOff: string[];
   durationMs: number;
   /**
-   * where the loop's time went, ms: waiting for claims (not hidden behind a publish), publishing
-   * (encode, send, acks) and for the COMMITs' answers. For tuning; their sum is ~durationMs.
+   * linger mode: how often a waiting invocation woke and claimed (src/loop/idle.ts), by why: a
+   * NOTIFY, the poll's probe seeing a new row, or the periodic claim (RECLAIM_MS)
    */
-  waitedMs: { claim: number; publish: number; commit: number };
+  wakeups: { notified: number; probe: number; reclaim: number };
+  /**
+   * where the loop's time went, ms: waiting for claims (not hidden behind a publish), publishing
+   * (encode, send, acks), for the COMMITs' answers, and for new rows (linger mode). For tuning;
+   * their sum is ~durationMs.
+   */
+  waitedMs: { claim: number; publish: number; commit: number; idle: number };
   stoppedBecause: StopReason;
   error?: string;
 }
@@ -44,7 +50,8 @@ export function newSummary(): Summary {
     pruned: 0,
     topicsBackedOff: [],
     durationMs: 0,
-    waitedMs: { claim: 0, publish: 0, commit: 0 },
+    wakeups: { notified: 0, probe: 0, reclaim: 0 },
+    waitedMs: { claim: 0, publish: 0, commit: 0, idle: 0 },
     stoppedBecause: 'budget',
   };
 }

@@ -36,3 +36,20 @@ export function derivedName(t: TableName, suffix: string): string {
 export function displayName(t: TableName): string {
   return t.schema ? `${t.schema}.${t.name}` : t.name;
 }
+
+/**
+ * The LISTEN/NOTIFY channel of a table's inserts (migration 003, linger mode): "outbox:" and the
+ * table's name as configured. Channel names are identifiers, at most 63 bytes: a longer one keeps
+ * its first 54 characters and a hash of the whole, so two long names never share a channel.
+ */
+export function notifyChannel(t: TableName): string {
+  const full = `outbox:${displayName(t)}`;
+  if (Buffer.byteLength(full) <= 63) return full;
+  let h = 0x811c9dc5; // FNV-1a, 32 bits
+  for (const b of Buffer.from(full)) h = Math.imul(h ^ b, 0x01000193) >>> 0;
+  return `${full.slice(0, 54)}#${h.toString(16).padStart(8, '0')}`;
+}
+
+export function quoteLiteral(s: string): string {
+  return `'${s.replaceAll("'", "''")}'`;
+}

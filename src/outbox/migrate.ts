@@ -4,7 +4,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Sql } from 'postgres';
-import { derivedName, displayName, qualified, quoteIdent, type TableName } from './identifier.ts';
+import { derivedName, displayName, notifyChannel, qualified, quoteIdent, quoteLiteral, type TableName } from './identifier.ts';
 
 export interface Migration {
   version: number;
@@ -36,6 +36,10 @@ export function render(sqlText: string, table: TableName): string {
     idx_sent: derivedName(table, 'sent_idx'),
     idx_retry: derivedName(table, 'retry_idx'),
     idx_skipped: derivedName(table, 'skipped_idx'),
+    // a function lives in a schema: the table's, or (unqualified, like the table) the search_path's
+    notify_fn: table.schema ? `${quoteIdent(table.schema)}.${derivedName(table, 'notify')}` : derivedName(table, 'notify'),
+    notify_trigger: derivedName(table, 'notify'),
+    channel: quoteLiteral(notifyChannel(table)),
   };
   return sqlText.replace(/\{\{(\w+)\}\}/g, (_, key: string) => {
     const v = names[key];

@@ -174,6 +174,16 @@ SELECT
   ) AS pending`;
 }
 
+/**
+ * Linger mode's probe (OUTBOX_WAKE=poll): the newest pending row. A backward scan of the claim's
+ * partial index that stops at its first entry: one index page, however long the backlog.
+ */
+export function newestPendingSql(t: string): string {
+  return `
+SELECT max(seq)::text AS newest FROM ${t}
+WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL`;
+}
+
 /** The failed rows that hold their aggregate's later rows back: backing off, and parked under `hold`. */
 function blockingRows(policy: ParkedPolicy): string {
   return `${policy === 'hold' ? 'parked_at IS NOT NULL OR ' : ''}next_attempt_at > now()`;

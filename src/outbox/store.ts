@@ -7,11 +7,11 @@ import type { ParkedPolicy } from '../config.ts';
 import type { Deadline } from '../budget.ts';
 import { DatabaseError, DeadlineExceededError } from '../errors.ts';
 import { socketsFlushed } from '../event-loop.ts';
-import type { BatchTransaction, ClaimFilter, ClaimedRow, NothingClaimable, Store } from '../loop/ports.ts';
+import type { BatchTransaction, ClaimFilter, ClaimedRow, InsertWatch, NothingClaimable, Store } from '../loop/ports.ts';
 import type { Failure } from '../loop/settlement.ts';
 import * as q from './sql.ts';
-import { qualified, type TableName } from './identifier.ts';
-import type { PendingQuery, ReservedSql, Row, Sql } from 'postgres';
+import { notifyChannel, qualified, quoteIdent, type TableName } from './identifier.ts';
+import postgres, { type PendingQuery, type ReservedSql, type Row, type Sql } from 'postgres';
 
 export type { ClaimedRow, Failure };
 
@@ -24,6 +24,9 @@ export class OutboxStore implements Store {
   private readonly whyEmptyText: string;
   private readonly pruneSentText: string;
   private readonly pruneSkippedText: string;
+  private readonly newestText: string;
+  /** migration 003's channel for this table's inserts */
+  readonly channel: string;
   /** named prepared statements for the per-batch queries, unless DATABASE_PREPARE=false (PgBouncer, RDS Proxy) */
   readonly prepared: { prepare: boolean };
   /** set when a statement was abandoned mid-flight: the client must be replaced */
@@ -51,6 +54,8 @@ export class OutboxStore implements Store {
     this.whyEmptyText = q.whyEmptySql(this.table, policy);
     this.pruneSentText = q.pruneSql(this.table, 'sent_at');
     this.pruneSkippedText = q.pruneSql(this.table, 'skipped_at');
+    this.newestText = q.newestPendingSql(this.table);
+    this.channel = notifyChannel(table);
   }
 
   /**
@@ -100,6 +105,47 @@ export class OutboxStore implements Store {
       return (await tx.unsafe(text, [retainMs, limit], this.prepared)).count;
     });
     return this.bounded(deadline, `pruning ${column === 'sent_at' ? 'sent' : 'skipped'} rows`, deleted);
+  }
+
+  async newestPending(deadline: Deadline): Promise<string | null> {
+    const [row] = await this.bounded(deadline, 'probing for new rows', this.sql.unsafe<{ newest: string | null }[]>(this.newestText, [], this.prepared));
+    return row?.newest ?? null;
+  }
+
+  /**
+   * A client of its own, one connection, for the length of one linger: LISTEN there, UNLISTEN by
+   * closing it. Never kept across invocations: a container frozen between invocations would leave
+   * a listening backend that stops reading, and Postgres cannot truncate its notification queue
+   * past a listener that does not read; once that queue is full, producers' commits fail.
+   */
+  async watchInserts(deadline: Deadline, on: { insert(): void; lost(err: unknown): void }): Promise<InsertWatch> {
+    let closing = false;
+    const listener = postgres({
+      // the main client's parsed options (postgres.js' own listen() does the same)
+      ...this.sql.options,
+      max: 1,
+      idle_timeout: null,
+      max_lifetime: null,
+      fetch_types: false,
+      onnotify: (channel: string) => {
+        if (channel === this.channel) on.insert();
+      },
+      onclose: () => {
+        if (!closing) on.lost(new Error('the LISTEN connection closed'));
+      },
+    } as unknown as postgres.Options<Record<string, never>>);
+    const close = async () => {
+      closing = true;
+      await listener.end({ timeout: 1 }).catch(() => undefined);
+    };
+    try {
+      // not bounded(): losing this race says nothing about the main client's connections
+      await deadline.race('listening for new rows (LISTEN)', listener.unsafe(`LISTEN ${quoteIdent(this.channel)}`));
+    } catch (err) {
+      await close();
+      throw wrapDbError(err, 'listening for new rows (LISTEN)');
+    }
+    return { close };
   }
 
   /** Race a statement against the deadline; cancel it server-side and poison the client if it loses. */

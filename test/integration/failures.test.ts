@@ -5,7 +5,6 @@
 // child processes of the CLI, except where two invocations must share one process (Runtime).
 // The tests that kill or pause the broker come last and restore it in `finally`.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -33,8 +32,10 @@ import {
   markedIds,
   ROOT,
   runCli,
+  servicesUp,
   startCli,
   topicCount,
+  waitForLeaders,
   twiceIds,
   uniqueName,
   db,
@@ -788,26 +789,6 @@ describe('secrets (Secrets Manager in the AWS emulator)', () => {
 
 // ---------------------------------------------------------------------------------------------
 // Broker faults: these kill or freeze the shared broker, so they come last and always restore it.
-
-function servicesUp(): void {
-  const r = spawnSync('bash', [join(ROOT, 'scripts', 'services.sh'), 'up', 'kafka'], { cwd: ROOT, encoding: 'utf8', timeout: 240_000, env: { ...process.env, OUTBOX_SERVICES: 'local' } });
-  assert.equal(r.status, 0, `services.sh up did not restore the broker:\n${r.stdout}${r.stderr}`);
-}
-
-/** After a restart or a pause, partitions may be leaderless for a few seconds (KRaft fences a
- * broker whose heartbeats stopped): wait until the topics answer again. */
-async function waitForLeaders(topics: string[], timeoutMs = 60_000): Promise<void> {
-  const until = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      await topicCount(topics);
-      return;
-    } catch (err) {
-      if (Date.now() > until) throw err;
-      await new Promise((r) => setTimeout(r, 500));
-    }
-  }
-}
 
 describe('broker faults', () => {
   it('broker killed (SIGKILL) mid-invocation: it ends with "Kafka unavailable", nothing marked that is not on Kafka, no attempts charged; after a restart everything is delivered', async (ctx) => {

@@ -1,6 +1,7 @@
 // Shared fixtures for integration tests against the real local services (npm run services:up).
 // Each test gets its own outbox table and its own topics, so tests never see each other's rows.
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -307,4 +308,46 @@ export async function setScramPassword(user: string, password: string, mechanism
     child.on('close', resolve);
   });
   if (code !== 0) throw new Error(`setScramPassword(${user}, ${mechanism}) failed (exit ${code}): ${output.trim()}`);
+}
+
+/** Start the broker again if a test stopped it (idempotent: a running broker is left alone). */
+export function servicesUp(): void {
+  const r = spawnSync('bash', [join(ROOT, 'scripts', 'services.sh'), 'up', 'kafka'], { cwd: ROOT, encoding: 'utf8', timeout: 240_000, env: { ...process.env, OUTBOX_SERVICES: 'local' } });
+  assert.equal(r.status, 0, `services.sh up did not restore the broker:\n${r.stdout}${r.stderr}`);
+}
+
+/** After a restart or a pause, partitions may be leaderless for a few seconds (KRaft fences a
+ * broker whose heartbeats stopped): wait until the topics answer again. */
+export async function waitForLeaders(topics: string[], timeoutMs = 60_000): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      await topicCount(topics);
+      return;
+    } catch (err) {
+      if (Date.now() > until) throw err;
+      await new Promise((r) => setTimeout(r, 500));
+    }
+  }
+}
+
+/** A consumer that stays subscribed and notes when each row (by its `id` header) first arrived. */
+export async function startWatching(topics: string[]): Promise<{ arrivals: Map<string, number>; messages: Consumed[]; stop(): Promise<void> }> {
+  const consumer = kafka.consumer({ groupId: uniqueName('watch'), maxWaitTimeInMs: 50 });
+  const arrivals = new Map<string, number>();
+  const messages: Consumed[] = [];
+  await consumer.connect();
+  await consumer.subscribe({ topics, fromBeginning: true });
+  const joined = new Promise<void>((resolve) => consumer.on(consumer.events.GROUP_JOIN, () => resolve()));
+  await consumer.run({
+    // eslint-disable-next-line @typescript-eslint/require-await -- kafkajs wants a promise-returning handler
+    eachMessage: async ({ topic, partition, message }) => {
+      const headers: Record<string, string> = {};
+      for (const [k, v] of Object.entries(message.headers ?? {})) headers[k] = Buffer.isBuffer(v) ? v.toString() : String(v);
+      messages.push({ topic, partition, offset: message.offset, key: message.key?.toString() ?? null, value: message.value?.toString() ?? null, headers });
+      if (!arrivals.has(headers.id!)) arrivals.set(headers.id!, Date.now());
+    },
+  });
+  await joined;
+  return { arrivals, messages, stop: () => consumer.disconnect() };
 }

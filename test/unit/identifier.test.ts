@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { derivedName, displayName, parseTableName, qualified, quoteIdent } from '../../src/outbox/identifier.ts';
+import { derivedName, displayName, notifyChannel, parseTableName, qualified, quoteIdent, quoteLiteral } from '../../src/outbox/identifier.ts';
 import { loadMigrations, render } from '../../src/outbox/migrate.ts';
 
 describe('identifiers', () => {
@@ -25,6 +25,15 @@ describe('identifiers', () => {
     const sql = render(loadMigrations()[0]!.sql, parseTableName('app.events'));
     assert.match(sql, /CREATE TABLE IF NOT EXISTS "app"\."events"/);
     assert.doesNotMatch(sql, /\{\{/);
+  });
+
+  it('names a channel of at most 63 bytes for any table name, distinct for long names that share a prefix', () => {
+    const long = (s: string) => parseTableName(`${'s'.repeat(60)}.${'t'.repeat(58)}${s}`);
+    assert.equal(notifyChannel(parseTableName('app.outbox')), 'outbox:app.outbox');
+    const [x, y] = [notifyChannel(long('aaaaa')), notifyChannel(long('bbbbb'))];
+    assert.ok(Buffer.byteLength(x) <= 63 && Buffer.byteLength(y) <= 63);
+    assert.notEqual(x, y);
+    assert.equal(quoteLiteral("it's"), "'it''s'");
   });
 });
 

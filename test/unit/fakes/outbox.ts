@@ -35,7 +35,7 @@ import { BrokerUnavailableError, DatabaseError, DeadlineExceededError, MessageRe
 import { classifySendError } from '../../../src/kafka/classify.ts';
 import type { OutboundMessage } from '../../../src/kafka/message.ts';
 import type { PublishOutcome, Publisher } from '../../../src/kafka/publisher.ts';
-import type { BatchTransaction, ClaimFilter, ClaimedRow, NothingClaimable, Store } from '../../../src/loop/ports.ts';
+import type { BatchTransaction, ClaimFilter, ClaimedRow, InsertWatch, NothingClaimable, Store } from '../../../src/loop/ports.ts';
 import type { Failure } from '../../../src/loop/settlement.ts';
 
 /** A promise that never settles: what every operation of a dead process returns. Holds no handle. */
@@ -76,6 +76,8 @@ export interface WorldPlan {
   publishFaults: PublishFault[];
   /** the operation number at which the process dies */
   crashAt?: number;
+  /** linger mode: rows that producers commit while the invocation runs, `atMs` after it starts */
+  lateRows?: Array<{ atMs: number; rows: RowSpec[] }>;
 }
 
 export interface RowState {
@@ -126,12 +128,38 @@ export class World {
   private readonly death = Promise.withResolvers<void>();
   private readonly calls = new Map<string, number>();
 
+  /** LISTENers (watchInserts): told of every insert, like migration 003's trigger at COMMIT */
+  readonly listeners = new Set<() => void>();
+  /** when each row was committed (ms after the world began): the late rows' deadline check */
+  readonly insertedAt = new Map<number, number>();
+  private readonly lateTimers: NodeJS.Timeout[] = [];
+
   constructor(readonly plan: WorldPlan) {
-    plan.rows.forEach((r, i) => {
-      const seq = i + 1;
-      this.rows.set(seq, { seq, id: `00000000-0000-4000-8000-${String(seq).padStart(12, '0')}`, aggregateid: `agg-${r.aggregate}`, topic: r.topic, attempts: r.attempts, sent: false, parked: false, nextAttemptAt: -Infinity });
-    });
+    this.insert(plan.rows, 0);
     for (const i of plan.foreignLocked) if (i < plan.rows.length) this.rowLocks.set(i + 1, FOREIGN);
+    const began = performance.now();
+    for (const late of plan.lateRows ?? []) {
+      this.lateTimers.push(
+        setTimeout(() => {
+          if (this.dead) return;
+          this.insert(late.rows, performance.now() - began);
+          for (const l of this.listeners) l();
+        }, late.atMs),
+      );
+    }
+  }
+
+  private insert(rows: RowSpec[], atMs: number): void {
+    for (const r of rows) {
+      const seq = this.rows.size + 1;
+      this.rows.set(seq, { seq, id: `00000000-0000-4000-8000-${String(seq).padStart(12, '0')}`, aggregateid: `agg-${r.aggregate}`, topic: r.topic, attempts: r.attempts, sent: false, parked: false, nextAttemptAt: -Infinity });
+      this.insertedAt.set(seq, atMs);
+    }
+  }
+
+  /** No more late rows (the run is over). */
+  stopInserting(): void {
+    for (const t of this.lateTimers) clearTimeout(t);
   }
 
   /** Resolves when the process dies (never, without a crash). */
@@ -243,6 +271,32 @@ export class FakeStore implements Store {
     const pending = rows.filter((r) => !r.sent && !r.parked);
     const claimable = pending.some((r) => r.nextAttemptAt <= now && !((blocked.get(r.aggregateid) ?? Infinity) < r.seq));
     return claimable ? 'locked' : pending.length > 0 ? 'behind-failed-rows' : 'empty';
+  }
+
+  /** newestPendingSql */
+  async newestPending(deadline: Deadline): Promise<string | null> {
+    const w = this.world;
+    if (!w.step('newestPending')) return NEVER;
+    checkDeadline(deadline, 'probing for new rows');
+    await w.wire();
+    const pending = w.sortedRows().filter((r) => !r.sent && !r.parked);
+    return pending.length ? String(pending[pending.length - 1]!.seq) : null;
+  }
+
+  /** LISTEN on a connection of its own; closing it ends the notifications */
+  async watchInserts(deadline: Deadline, on: { insert(): void; lost(err: unknown): void }): Promise<InsertWatch> {
+    const w = this.world;
+    if (!w.step('watchInserts')) return NEVER;
+    checkDeadline(deadline, 'listening for new rows (LISTEN)');
+    await w.wire();
+    const listener = () => on.insert();
+    w.listeners.add(listener);
+    return {
+      close: () => {
+        w.listeners.delete(listener);
+        return Promise.resolve();
+      },
+    };
   }
 
   /** Retention (loop/retention.ts, alongside the loop): nothing old enough to delete in the model. */

@@ -1,0 +1,288 @@
+// Linger mode (OUTBOX_IDLE=linger): an invocation that found nothing to send waits for new rows
+// until its budget is spent, woken by NOTIFY (migration 003's trigger) or by polling. Real
+// Postgres, real broker; the invocations run in-process on a Runtime (a warm container) so the
+// test can write rows while one lingers.
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import type { Sql } from 'postgres';
+import { loadConfig } from '../../src/config.ts';
+import { enqueue } from '../../src/enqueue.ts';
+import { BrokerUnavailableError } from '../../src/errors.ts';
+import { createLogger } from '../../src/log.ts';
+import { notifyChannel, parseTableName, qualified } from '../../src/outbox/identifier.ts';
+import { loadMigrations, migrate, render } from '../../src/outbox/migrate.ts';
+import type { Summary } from '../../src/relay.ts';
+import { Runtime } from '../../src/runtime.ts';
+import { ADMIN_DATABASE_URL, brokerPid, counts, db, DATABASE_URL, firstCopyOrder, fixture, isSorted, servicesUp, startWatching, uniqueName, waitForLeaders, type Fixture } from './helpers.ts';
+
+/** the bound asserted for an event written while an invocation lingers: generous, far below a schedule's minute */
+const LATENCY_BOUND_MS = 3_000;
+
+let sql: Sql;
+/** a superuser: roles are created and dropped with it */
+let admin: Sql;
+before(() => {
+  sql = db();
+  admin = db(ADMIN_DATABASE_URL);
+});
+after(async () => {
+  await Promise.all([sql.end(), admin.end()]);
+});
+
+async function createRole(grants: string): Promise<{ role: string; url: string; drop(): Promise<void> }> {
+  const role = uniqueName('role');
+  await admin.unsafe(`CREATE ROLE ${role} LOGIN PASSWORD 'pw'`);
+  await admin.unsafe(grants.replaceAll('{role}', role));
+  return {
+    role,
+    url: DATABASE_URL.replace(/\/\/[^@]+@/, `//${role}:pw@`),
+    drop: async () => {
+      await admin.unsafe(`DROP OWNED BY ${role}`);
+      await admin.unsafe(`DROP ROLE ${role}`);
+    },
+  };
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function runtime(f: Fixture, env: Record<string, string>): Runtime {
+  // retention off: nothing to prune, and no second connection the LISTEN test would have to allow for
+  return new Runtime(loadConfig({ ...f.env, OUTBOX_IDLE: 'linger', OUTBOX_RETAIN_SENT_MS: '0', OUTBOX_LOG_LEVEL: 'warn', ...env }), createLogger('warn'));
+}
+
+/** Write `n` events, one transaction each, `gapMs` apart, through the enqueue helper; the commit time of each. */
+async function produce(f: Fixture, n: number, gapMs: number, producer: Sql = sql): Promise<Map<string, number>> {
+  const committed = new Map<string, number>();
+  for (let i = 0; i < n; i++) {
+    await sleep(gapMs);
+    const id = await producer.begin((tx) => enqueue(tx, { aggregatetype: 'order', aggregateid: `o-${i % 3}`, type: 'Placed', payload: { i } }, { table: f.table }));
+    committed.set(id, Date.now());
+  }
+  return committed;
+}
+
+function latencies(committed: Map<string, number>, arrivals: Map<string, number>): number[] {
+  return [...committed].map(([id, at]) => (arrivals.get(id) ?? Infinity) - at);
+}
+
+async function lingerCase(wake: 'notify' | 'poll'): Promise<{ summary: Summary; lat: number[] }> {
+  const f = await fixture(sql, `linger_${wake}`);
+  const rt = runtime(f, { OUTBOX_WAKE: wake, OUTBOX_POLL_MS: '100' });
+  const watching = await startWatching([f.topic('order')]);
+  try {
+    const invocation = rt.invoke(12_000);
+    // the table is empty: the invocation claims nothing and lingers; events arrive meanwhile
+    const committed = await produce(f, 6, 900);
+    const summary = await invocation;
+    const until = Date.now() + 5_000;
+    while (watching.arrivals.size < committed.size && Date.now() < until) await sleep(50);
+    assert.equal(summary.published, 6, JSON.stringify(summary));
+    return { summary, lat: latencies(committed, watching.arrivals) };
+  } finally {
+    await watching.stop();
+    await rt.close();
+  }
+}
+
+describe('linger mode', () => {
+  it(`NOTIFY: events written while an invocation lingers are on Kafka within ${LATENCY_BOUND_MS} ms, woken by the notification`, async (ctx) => {
+    const { summary, lat } = await lingerCase('notify');
+    ctx.diagnostic(`latencies ${lat.join(', ')} ms; wakeups ${JSON.stringify(summary.wakeups)}; idle ${summary.waitedMs.idle} ms of ${summary.durationMs}`);
+    for (const l of lat) assert.ok(l < LATENCY_BOUND_MS, `an event took ${l} ms to reach Kafka (latencies ${lat.join(', ')})`);
+    // woken by NOTIFY, not by the periodic claim (RECLAIM_MS), which also keeps within the bound
+    assert.ok(summary.wakeups.notified >= 6, `woken by ${summary.wakeups.notified} notifications for 6 transactions: ${JSON.stringify(summary.wakeups)}`);
+    assert.equal(summary.wakeups.probe, 0);
+    assert.equal(summary.stoppedBecause, 'empty');
+    // it lingered until its budget was nearly spent: 12 s - 1 s margin - a batch's reserve
+    assert.ok(summary.durationMs > 9_000 && summary.durationMs < 11_000, `lingered ${summary.durationMs} ms`);
+  });
+
+  it(`polling (OUTBOX_WAKE=poll): the probe finds each new row, on Kafka within ${LATENCY_BOUND_MS} ms`, async (ctx) => {
+    const { summary, lat } = await lingerCase('poll');
+    ctx.diagnostic(`latencies ${lat.join(', ')} ms; wakeups ${JSON.stringify(summary.wakeups)}`);
+    for (const l of lat) assert.ok(l < LATENCY_BOUND_MS, `an event took ${l} ms to reach Kafka (latencies ${lat.join(', ')})`);
+    assert.equal(summary.wakeups.notified, 0, 'polling does not LISTEN');
+    assert.ok(summary.wakeups.probe >= 6, `the probe woke the invocation ${summary.wakeups.probe} times for 6 transactions: ${JSON.stringify(summary.wakeups)}`);
+  });
+
+  it('a warm container lingers again in its next invocation, and keeps no LISTEN connection between invocations', async () => {
+    const f = await fixture(sql, 'linger_warm');
+    const appName = `warm-${f.table}`;
+    const rt = runtime(f, { OUTBOX_CLIENT_ID: appName });
+    const listening = async () => (await sql<{ n: number }[]>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = ${appName} AND query ILIKE 'LISTEN%'`)[0]!.n;
+    const watching = await startWatching([f.topic('order')]);
+    try {
+      for (let round = 0; round < 2; round++) {
+        const invocation = rt.invoke(5_000);
+        await sleep(1_500);
+        assert.equal(await listening(), 1, `round ${round}: the lingering invocation LISTENs on one connection`);
+        const committed = await produce(f, 1, 0);
+        const summary = await invocation;
+        assert.equal(summary.published, 1, JSON.stringify(summary));
+        assert.ok(summary.wakeups.notified >= 1, JSON.stringify(summary.wakeups));
+        assert.equal(await listening(), 0, `round ${round}: the LISTEN connection is closed when the invocation returns`);
+        const id = [...committed.keys()][0]!;
+        const until = Date.now() + 5_000;
+        while (!watching.arrivals.has(id) && Date.now() < until) await sleep(50);
+        assert.ok(watching.arrivals.has(id), `round ${round}: the event is on Kafka`);
+      }
+    } finally {
+      await watching.stop();
+      await rt.close();
+    }
+  });
+
+  it('LISTEN refused (the role is at its connection limit): the invocation polls instead and still delivers within the bound', async (ctx) => {
+    const f = await fixture(sql, 'linger_nolisten');
+    // one connection: the relay's loop gets it, the LISTEN connection is refused by the server
+    const role = await createRole(`ALTER ROLE {role} CONNECTION LIMIT 1; GRANT SELECT, INSERT, UPDATE, DELETE ON ${qualified(parseTableName(f.table))} TO {role}`);
+    const warnings: string[] = [];
+    const rt = new Runtime(
+      loadConfig({ ...f.env, DATABASE_URL: role.url, OUTBOX_IDLE: 'linger', OUTBOX_WAKE: 'notify', OUTBOX_POLL_MS: '100', OUTBOX_RETAIN_SENT_MS: '0' }),
+      createLogger('warn', {}, (line) => warnings.push(line)),
+    );
+    const watching = await startWatching([f.topic('order')]);
+    try {
+      const invocation = rt.invoke(8_000);
+      const committed = await produce(f, 4, 900);
+      const summary = await invocation;
+      const until = Date.now() + 5_000;
+      while (watching.arrivals.size < committed.size && Date.now() < until) await sleep(50);
+      const lat = latencies(committed, watching.arrivals);
+      ctx.diagnostic(`latencies ${lat.join(', ')} ms; wakeups ${JSON.stringify(summary.wakeups)}`);
+      assert.equal(summary.published, 4, JSON.stringify(summary));
+      for (const l of lat) assert.ok(l < LATENCY_BOUND_MS, `an event took ${l} ms (latencies ${lat.join(', ')})`);
+      assert.ok(summary.wakeups.probe >= 4, JSON.stringify(summary.wakeups));
+      assert.ok(
+        warnings.some((w) => /LISTEN failed; this invocation polls/.test(w) && /too many connections/.test(w)),
+        `a warning says LISTEN failed and why:\n${warnings.join('\n')}`,
+      );
+    } finally {
+      await watching.stop();
+      await rt.close();
+      await role.drop();
+    }
+  });
+
+  it('two overlapping lingering invocations (a timeout longer than the period) deliver a steady stream exactly once, in order per aggregate', async (ctx) => {
+    const f = await fixture(sql, 'linger_overlap');
+    const a = runtime(f, { OUTBOX_BATCH_SIZE: '50' });
+    const b = runtime(f, { OUTBOX_BATCH_SIZE: '50' });
+    const watching = await startWatching([f.topic('order')]);
+    const t = qualified(parseTableName(f.table));
+    try {
+      // the schedule, compressed: a new invocation every 3 s, each with 4 s, so every second is
+      // covered by one and some by two; containers alternate as Lambda's would
+      const invocations = [0, 1, 2].map(async (k) => {
+        await sleep(k * 3_000);
+        return (k % 2 === 0 ? a : b).invoke(4_000);
+      });
+      // the application: 20 aggregates, a transaction of 5 events every 20 ms for 8 s
+      const producing = (async () => {
+        let n = 0;
+        const stopAt = Date.now() + 8_000;
+        while (Date.now() < stopAt) {
+          await sql.begin(async (tx) => {
+            for (let i = 0; i < 5; i++, n++) await enqueue(tx, { aggregatetype: 'order', aggregateid: `o-${n % 20}`, type: 'Placed', payload: { n } }, { table: f.table });
+          });
+          await sleep(20);
+        }
+        return n;
+      })();
+      const written = await producing;
+      const summaries = await Promise.all(invocations);
+      ctx.diagnostic(`${written} events; ${summaries.map((s) => `${s.published} published, wakeups ${JSON.stringify(s.wakeups)}`).join('; ')}`);
+      assert.deepEqual(await counts(sql, f.table), { total: written, sent: written, parked: 0, pending: 0 });
+      const until = Date.now() + 10_000;
+      while (watching.messages.length < written && Date.now() < until) await sleep(100);
+      await sleep(500);
+      assert.equal(watching.messages.length, written, 'each event on Kafka exactly once');
+      assert.equal(summaries.reduce((s, x) => s + x.published, 0), written);
+      const seqOf = new Map((await sql.unsafe<{ id: string; seq: string }[]>(`SELECT id, seq FROM ${t}`)).map((r) => [r.id, Number(r.seq)]));
+      for (const [agg, seqs] of firstCopyOrder(watching.messages, (id) => seqOf.get(id)!)) assert.ok(isSorted(seqs), `aggregate ${agg} out of order`);
+      assert.ok(summaries.every((s) => s.published > 0), 'every invocation took its share');
+    } finally {
+      await watching.stop();
+      await Promise.all([a.close(), b.close()]);
+    }
+  });
+
+  it('broker paused (SIGSTOP) while an invocation lingers: a new row is sent into the pause and the invocation still returns before its deadline, failing as broker-unavailable; nothing is lost', async (ctx) => {
+    const f = await fixture(sql, 'linger_paused');
+    const rt = runtime(f, { OUTBOX_SAFETY_MARGIN_MS: '2000' });
+    const pid = brokerPid();
+    let failure: unknown;
+    let elapsed = Infinity;
+    const started = Date.now();
+    try {
+      const invocation = rt.invoke(8_000).catch((err: unknown) => err);
+      await sleep(1_000);
+      process.kill(pid, 'SIGSTOP');
+      await produce(f, 1, 0);
+      failure = await invocation;
+      elapsed = Date.now() - started;
+    } finally {
+      process.kill(pid, 'SIGCONT');
+      servicesUp();
+      await waitForLeaders([f.topic('order')]);
+    }
+    ctx.diagnostic(`returned after ${elapsed} ms (the loop's own duration ${(failure as { summary?: Summary }).summary?.durationMs} ms): ${String(failure)}`);
+    assert.ok(elapsed < 8_000, `the invocation returned after ${elapsed} ms, its Lambda timeout 8000 ms`);
+    assert.ok(elapsed < 6_500, `…and within its safety margin (8000 - 2000 ms): ${elapsed} ms`);
+    assert.ok(failure instanceof BrokerUnavailableError, `failed as broker-unavailable: ${String(failure)}`);
+    assert.equal((await counts(sql, f.table)).sent, 0, 'nothing marked while the broker was away');
+    // the next invocation (same container) delivers it
+    const watching = await startWatching([f.topic('order')]);
+    try {
+      const next = await rt.invoke(15_000);
+      assert.equal(next.published, 1, JSON.stringify(next));
+      const until = Date.now() + 5_000;
+      while (watching.arrivals.size < 1 && Date.now() < until) await sleep(50);
+      assert.equal(watching.arrivals.size, 1);
+    } finally {
+      await watching.stop();
+      await rt.close();
+    }
+  });
+});
+
+describe('migration 003: the insert trigger', () => {
+  it('is idempotent, notifies once per transaction, and leaves producers\' inserts unchanged (a role that may only INSERT, the Debezium-shaped insert)', async () => {
+    const table = parseTableName(uniqueName('notify'));
+    const t = qualified(table);
+    await migrate(sql, table);
+    // applied twice by hand as well: the SQL itself is idempotent, not only its bookkeeping
+    const m003 = loadMigrations().find((m) => m.version === 3)!;
+    await sql.unsafe(render(m003.sql, table));
+    assert.deepEqual((await migrate(sql, table)).applied, []);
+    const [triggers] = await sql<{ n: number }[]>`SELECT count(*)::int AS n FROM pg_trigger WHERE tgrelid = ${t}::regclass AND NOT tgisinternal`;
+    assert.equal(triggers!.n, 1, 'one trigger');
+
+    const role = await createRole(`GRANT INSERT ON ${t} TO {role}`);
+    const producer = db(role.url);
+    const listener = db();
+    const heard: string[] = [];
+    try {
+      await listener.listen(notifyChannel(table), (payload) => heard.push(payload));
+      // Debezium's outbox shape: the four columns, the id given; two statements in one transaction
+      await producer.begin(async (tx) => {
+        await tx.unsafe(`INSERT INTO ${t} (id, aggregatetype, aggregateid, type, payload) VALUES (gen_random_uuid(), 'order', 'o-1', 'Placed', '{"a":1}')`);
+        await tx.unsafe(`INSERT INTO ${t} (id, aggregatetype, aggregateid, type, payload) VALUES (gen_random_uuid(), 'order', 'o-1', 'Paid', '{"a":2}'), (gen_random_uuid(), 'order', 'o-2', 'Placed', '{"a":3}')`);
+      });
+      // a rolled-back transaction notifies no one
+      await producer.begin(async (tx) => {
+        await tx.unsafe(`INSERT INTO ${t} (aggregatetype, aggregateid, type, payload) VALUES ('order', 'o-3', 'Placed', '{}')`);
+        throw new Error('rollback');
+      }).catch(() => undefined);
+      await sleep(300);
+      assert.deepEqual(heard, [''], 'one notification for one committed transaction of two statements');
+      const rows = await sql.unsafe<{ type: string; payload: unknown; seq: string }[]>(`SELECT type, payload, seq FROM ${t} ORDER BY seq`);
+      assert.deepEqual(rows.map((r) => [r.type, r.payload]), [['Placed', { a: 1 }], ['Paid', { a: 2 }], ['Placed', { a: 3 }]]);
+    } finally {
+      await producer.end();
+      await listener.end();
+      await role.drop();
+    }
+  });
+
+});
