@@ -255,8 +255,10 @@ describe('migration 003: the insert trigger', () => {
     const m003 = loadMigrations().find((m) => m.version === 3)!;
     await sql.unsafe(render(m003.sql, table));
     assert.deepEqual((await migrate(sql, table)).applied, []);
-    const [triggers] = await sql<{ n: number }[]>`SELECT count(*)::int AS n FROM pg_trigger WHERE tgrelid = ${t}::regclass AND NOT tgisinternal`;
-    assert.equal(triggers!.n, 1, 'one trigger');
+    const triggers = await sql<{ tgtype: number }[]>`SELECT tgtype FROM pg_trigger WHERE tgrelid = ${t}::regclass AND NOT tgisinternal`;
+    assert.equal(triggers.length, 1, 'one trigger');
+    // tgtype bit 0 is TRIGGER_TYPE_ROW: a row-level trigger would run pg_notify once per row
+    assert.equal(triggers[0]!.tgtype & 1, 0, 'statement-level');
 
     const role = await createRole(`GRANT INSERT ON ${t} TO {role}`);
     const producer = db(role.url);
