@@ -199,12 +199,12 @@ async function parkedCommand(sub: string | undefined, rest: string[], options: {
   }
   if (sub === 'retry') {
     if (!options.all && !ids.length) throw new UsageError('parked retry needs row ids or --all');
-    process.stdout.write(JSON.stringify({ retried: await retryParked(sql, table, options.all ? null : ids) }) + '\n');
+    process.stdout.write(JSON.stringify({ retried: await retryParked(sql, table, options.all ? null : ids, rt.config.outbox.parkedPolicy) }) + '\n');
     return 0;
   }
   if (sub === 'skip') {
     if (!ids.length) throw new UsageError('parked skip needs row ids');
-    process.stdout.write(JSON.stringify({ skipped: await skipParked(sql, table, ids) }) + '\n');
+    process.stdout.write(JSON.stringify({ skipped: await skipParked(sql, table, ids, rt.config.outbox.parkedPolicy) }) + '\n');
     return 0;
   }
   throw new UsageError(`unknown parked subcommand ${JSON.stringify(sub)}: use list, retry or skip`);

@@ -47,14 +47,26 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
   // retention runs alongside the loop for the whole invocation (see loop/retention.ts)
   const retention = deps.config.retainSentMs > 0 ? new Retention(deps.store, deps.config.retainSentMs, deps.logger) : undefined;
   const pruning = retention?.run(deadline) ?? Promise.resolve(0);
+  // the waiting marks (migration 004) kept in step alongside too; never fails the invocation
+  const tidying = tidyWaiting(deps, deadline);
   try {
     await invocation.relayAll();
   } catch (err) {
     retention?.stop();
-    await pruning;
+    await Promise.all([pruning, tidying]);
     throw err;
   }
+  await tidying;
   return invocation.finish(await pruning);
+}
+
+async function tidyWaiting(deps: RelayDeps, deadline: Deadline): Promise<void> {
+  try {
+    const { marked, cleared } = await deps.store.tidyWaiting(deadline);
+    if (marked || cleared) deps.logger.info('waiting marks tidied: rows behind blocked aggregates leave the claim index, freed ones return', { marked, cleared });
+  } catch (err) {
+    deps.logger.warn('tidying the waiting marks failed; claims skip waiting rows the slower way until the next invocation', { error: err });
+  }
 }
 
 /** A claim started ahead, while the batch before it is published; taken or discarded once. */

@@ -55,6 +55,8 @@ export interface Store {
   /** Open a batch transaction; `after`: a transaction whose COMMIT is on the wire, to follow on its connection. */
   begin(deadline: Deadline, after?: BatchTransaction): Promise<BatchTransaction>;
   nothingClaimable(deadline: Deadline): Promise<NothingClaimable>;
+  /** Once per invocation, alongside the loop: keep the waiting marks in step (OutboxStore.tidyWaiting). */
+  tidyWaiting(deadline: Deadline): Promise<{ marked: number; cleared: number }>;
   /** The highest seq among pending rows, null when none: a lingering invocation's cheap probe for new rows. */
   newestPending(deadline: Deadline): Promise<string | null>;
   /**

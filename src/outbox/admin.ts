@@ -2,6 +2,7 @@
 // configuration as the handler.
 import postgres, { type Sql } from 'postgres';
 import type { Deadline } from '../budget.ts';
+import type { ParkedPolicy } from '../config.ts';
 import { topicFor } from '../kafka/message.ts';
 import { qualified, type TableName } from './identifier.ts';
 import * as q from './sql.ts';
@@ -147,13 +148,23 @@ export function listParked(sql: Sql, table: TableName, limit = 100): Promise<Par
   return sql.unsafe<ParkedRow[]>(q.parkedListSql(qualified(table)), [limit]);
 }
 
-/** ids = null: every parked row. Returns the ids put back to pending. */
-export async function retryParked(sql: Sql, table: TableName, ids: string[] | null): Promise<string[]> {
-  const rows = await sql.unsafe<{ id: string }[]>(q.parkedRetrySql(qualified(table)), [ids]);
-  return rows.map((r) => r.id);
+/**
+ * ids = null: every parked row. Returns the ids put back to pending. The rows waiting behind them
+ * are freed in the same transaction (migration 004's marks).
+ */
+export async function retryParked(sql: Sql, table: TableName, ids: string[] | null, policy: ParkedPolicy = 'hold'): Promise<string[]> {
+  return repairParked(sql, table, q.parkedRetrySql(qualified(table)), ids, policy);
 }
 
-export async function skipParked(sql: Sql, table: TableName, ids: string[]): Promise<string[]> {
-  const rows = await sql.unsafe<{ id: string }[]>(q.parkedSkipSql(qualified(table)), [ids]);
-  return rows.map((r) => r.id);
+export async function skipParked(sql: Sql, table: TableName, ids: string[], policy: ParkedPolicy = 'hold'): Promise<string[]> {
+  return repairParked(sql, table, q.parkedSkipSql(qualified(table)), ids, policy);
+}
+
+async function repairParked(sql: Sql, table: TableName, text: string, ids: string[] | null, policy: ParkedPolicy): Promise<string[]> {
+  return sql.begin(async (tx) => {
+    const rows = await tx.unsafe<{ id: string; aggregateid: string }[]>(text, [ids]);
+    const aggregates = [...new Set(rows.map((r) => r.aggregateid))];
+    if (aggregates.length) await tx.unsafe(q.unwaitSql(qualified(table), policy), [aggregates]);
+    return rows.map((r) => r.id);
+  });
 }

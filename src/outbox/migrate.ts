@@ -36,6 +36,9 @@ export function render(sqlText: string, table: TableName): string {
     idx_sent: derivedName(table, 'sent_idx'),
     idx_retry: derivedName(table, 'retry_idx'),
     idx_skipped: derivedName(table, 'skipped_idx'),
+    idx_waiting: derivedName(table, 'waiting_idx'),
+    // DROP INDEX names an index by its schema, not by its table's
+    idx_claim_qualified: table.schema ? `${quoteIdent(table.schema)}.${derivedName(table, 'claim_idx')}` : derivedName(table, 'claim_idx'),
     // a function lives in a schema: the table's, or (unqualified, like the table) the search_path's
     notify_fn: table.schema ? `${quoteIdent(table.schema)}.${derivedName(table, 'notify')}` : derivedName(table, 'notify'),
     notify_trigger: derivedName(table, 'notify'),

@@ -63,7 +63,7 @@ cand AS MATERIALIZED (
   SELECT r.seq, r.id, r.aggregatetype, r.aggregateid, r.type, r.payload::text AS payload,
          r.topic, r.headers, r.attempts
   FROM ${t} r
-  WHERE r.sent_at IS NULL AND r.skipped_at IS NULL AND r.parked_at IS NULL
+  WHERE r.sent_at IS NULL AND r.skipped_at IS NULL AND r.parked_at IS NULL AND NOT r.waiting
     AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.aggregateid = r.aggregateid AND b.first_blocked < r.seq)
     AND NOT EXISTS (SELECT 1 FROM held h WHERE h.aggregateid = r.aggregateid AND h.first_held <= r.seq)
     AND r.aggregateid <> ALL ($3::text[])
@@ -82,11 +82,21 @@ quick AS MATERIALIZED (
   -- could anything be a gap? (one range scan of the claim index, usually ~2 batches long)
   SELECT EXISTS (
     SELECT 1 FROM ${t} o
-    WHERE o.sent_at IS NULL AND o.skipped_at IS NULL AND o.parked_at IS NULL
+    WHERE o.sent_at IS NULL AND o.skipped_at IS NULL AND o.parked_at IS NULL AND NOT o.waiting
       AND o.seq < (SELECT max(seq) FROM cand)
       AND o.seq NOT IN (SELECT seq FROM cand)
       AND o.seq NOT IN (SELECT unnest($4::bigint[]))
-  ) AS maybe
+  )
+  -- A waiting row (outside the claim index) below our rows of its aggregate is a gap too. The
+  -- per-aggregate look runs only when the table has a waiting row at all; CASE keeps that order,
+  -- and a scalar subquery with ORDER BY reads the waiting index's first entry (EXISTS was planned
+  -- as a sequential scan for the first waiting row).
+  OR CASE WHEN (SELECT true FROM ${t} w WHERE w.waiting AND w.sent_at IS NULL AND w.skipped_at IS NULL ORDER BY w.aggregateid, w.seq LIMIT 1)
+          THEN EXISTS (SELECT 1 FROM aggs a WHERE EXISTS (
+                 SELECT 1 FROM ${t} w
+                 WHERE w.aggregateid = a.aggregateid AND w.waiting AND w.sent_at IS NULL AND w.skipped_at IS NULL
+                   AND w.seq < a.max_seq))
+          ELSE false END AS maybe
 ),
 gap AS MATERIALIZED (
   -- per claimed aggregate, one index range scan that stops at the first unsent row not ours;
@@ -165,13 +175,17 @@ WITH blocked AS MATERIALIZED (
 SELECT
   EXISTS (
     SELECT 1 FROM ${t} r
-    WHERE r.sent_at IS NULL AND r.skipped_at IS NULL AND r.parked_at IS NULL AND r.next_attempt_at <= now()
+    WHERE r.sent_at IS NULL AND r.skipped_at IS NULL AND r.parked_at IS NULL AND NOT r.waiting AND r.next_attempt_at <= now()
       AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.aggregateid = r.aggregateid AND b.first_blocked < r.seq)
   ) AS claimable,
   EXISTS (
     SELECT 1 FROM ${t}
-    WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL
-  ) AS pending`;
+    WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL AND NOT waiting
+  ) OR (
+    SELECT true FROM ${t}
+    WHERE waiting AND sent_at IS NULL AND skipped_at IS NULL
+    ORDER BY aggregateid, seq LIMIT 1
+  ) IS NOT NULL AS pending`;
 }
 
 /**
@@ -181,12 +195,13 @@ SELECT
 export function newestPendingSql(t: string): string {
   return `
 SELECT max(seq)::text AS newest FROM ${t}
-WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL`;
+WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL AND NOT waiting`;
 }
 
 /** The failed rows that hold their aggregate's later rows back: backing off, and parked under `hold`. */
-function blockingRows(policy: ParkedPolicy): string {
-  return `${policy === 'hold' ? 'parked_at IS NOT NULL OR ' : ''}next_attempt_at > now()`;
+function blockingRows(policy: ParkedPolicy, alias?: string): string {
+  const c = alias ? `${alias}.` : '';
+  return `${policy === 'hold' ? `${c}parked_at IS NOT NULL OR ` : ''}${c}next_attempt_at > now()`;
 }
 
 export function markSentSql(t: string): string {
@@ -259,22 +274,34 @@ ORDER BY 1, 2`;
  *   disagree only by how long writers' transactions overlapped (or when an application sets
  *   created_at itself). NULL when no row is pending.
  * - pending_rows: unsent, unskipped, unparked rows (backing-off ones included: the claim
- *   index's rows), counted up to $1 + 1.
+ *   index's rows, and the waiting rows), counted up to $1 + 1.
+ * The waiting rows (migration 004) are outside the claim index: the age also looks at the first
+ * waiting row of each aggregate that has any (normally none), the count at the waiting index.
  * - parked_rows: parked rows, counted up to $1 + 1 through the retry index (a row is parked
  *   only by a failed attempt, so it has attempts > 0).
  */
 export function backlogSql(t: string): string {
   return `
+WITH RECURSIVE ${waitingAggregates(t)}
 SELECT
-  (SELECT extract(epoch FROM clock_timestamp() - created_at) * 1000
-   FROM ${t}
-   WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL
-   ORDER BY seq
-   LIMIT 1) AS oldest_pending_age_ms,
-  (SELECT count(*) FROM (
+  greatest(
+    (SELECT extract(epoch FROM clock_timestamp() - created_at) * 1000
+     FROM ${t}
+     WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL AND NOT waiting
+     ORDER BY seq
+     LIMIT 1),
+    -- the oldest waiting row: the first of each waiting aggregate, one probe per aggregate
+    (SELECT extract(epoch FROM clock_timestamp() - o.created_at) * 1000
+     FROM ${t} o
+     WHERE o.seq = (SELECT min(first_seq) FROM waiting_aggs))
+  ) AS oldest_pending_age_ms,
+  least($1::int + 1, (SELECT count(*) FROM (
      SELECT 1 FROM ${t}
-     WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL
-     LIMIT $1::int + 1) pending) AS pending_rows,
+     WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL AND NOT waiting
+     LIMIT $1::int + 1) p) + (SELECT count(*) FROM (
+     SELECT 1 FROM ${t}
+     WHERE waiting AND sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL
+     LIMIT $1::int + 1) w)) AS pending_rows,
   (SELECT count(*) FROM (
      SELECT 1 FROM ${t}
      WHERE sent_at IS NULL AND skipped_at IS NULL AND attempts > 0 AND parked_at IS NOT NULL
@@ -297,7 +324,7 @@ UPDATE ${t}
 SET parked_at = NULL, attempts = 0, next_attempt_at = '-infinity', last_error = NULL
 WHERE parked_at IS NOT NULL AND sent_at IS NULL AND skipped_at IS NULL
   AND ($1::uuid[] IS NULL OR id = ANY($1::uuid[]))
-RETURNING id`;
+RETURNING id, aggregateid`;
 }
 
 /** Never to be sent; kept for audit, and no longer holds its aggregate back. */
@@ -307,5 +334,86 @@ UPDATE ${t}
 SET skipped_at = now()
 WHERE parked_at IS NOT NULL AND sent_at IS NULL AND skipped_at IS NULL
   AND id = ANY($1::uuid[])
-RETURNING id`;
+RETURNING id, aggregateid`;
+}
+
+/**
+ * The aggregates that have waiting rows, with each one's lowest waiting seq: a loose index scan
+ * of the waiting index (one probe per aggregate, however many rows wait). For a WITH RECURSIVE.
+ */
+function waitingAggregates(t: string): string {
+  return `waiting_aggs(aggregateid, first_seq) AS (
+  (SELECT aggregateid, seq FROM ${t}
+   WHERE waiting AND sent_at IS NULL AND skipped_at IS NULL
+   ORDER BY aggregateid, seq LIMIT 1)
+  UNION ALL
+  SELECT n.aggregateid, n.seq FROM waiting_aggs a CROSS JOIN LATERAL (
+    SELECT aggregateid, seq FROM ${t}
+    WHERE waiting AND sent_at IS NULL AND skipped_at IS NULL AND aggregateid > a.aggregateid
+    ORDER BY aggregateid, seq LIMIT 1) n
+)`;
+}
+
+/**
+ * Mark `waiting` the pending rows that wait behind a blocking row of their aggregate (backing off,
+ * or parked under the hold policy), so that claims no longer read them (migration 004). $1: the
+ * aggregates to look at (those whose rows just failed), or NULL for every blocked aggregate (once
+ * per invocation, for rows written behind a blocking row since). Only rows after the aggregate's
+ * last waiting row are looked at, so a second pass costs nothing: a row committed late below it
+ * stays unmarked and is skipped by the claim as before. Rows someone holds are left for later.
+ */
+export function markWaitingSql(t: string, policy: ParkedPolicy): string {
+  return `
+WITH blocked AS MATERIALIZED (
+  SELECT aggregateid, min(seq) AS first_blocked
+  FROM ${t}
+  WHERE sent_at IS NULL AND skipped_at IS NULL AND attempts > 0
+    AND (${blockingRows(policy)})
+    AND ($1::text[] IS NULL OR aggregateid = ANY ($1::text[]))
+  GROUP BY aggregateid
+),
+since AS MATERIALIZED (
+  -- where to start: after the last row already marked (a backward probe of the waiting index)
+  SELECT b.aggregateid, greatest(b.first_blocked, coalesce(
+           (SELECT m.seq FROM ${t} m
+            WHERE m.aggregateid = b.aggregateid AND m.waiting AND m.sent_at IS NULL AND m.skipped_at IS NULL
+            ORDER BY m.aggregateid DESC, m.seq DESC LIMIT 1), 0)) AS after_seq
+  FROM blocked b
+)
+UPDATE ${t} SET waiting = true
+WHERE seq IN (
+  SELECT w.seq
+  FROM since s
+  JOIN ${t} w ON w.aggregateid = s.aggregateid AND w.seq > s.after_seq
+  WHERE w.sent_at IS NULL AND w.skipped_at IS NULL AND w.parked_at IS NULL AND NOT w.waiting
+  FOR UPDATE OF w SKIP LOCKED
+)`;
+}
+
+/**
+ * Clear the marks of waiting rows that no longer wait: those below their aggregate's first
+ * blocking row (all of them when it has none). $1: the aggregates to look at (those whose failed
+ * rows were just sent, charged again, retried or skipped), or NULL for every aggregate with
+ * waiting rows (once per invocation: marks left by a row deleted or repaired by hand). Runs after
+ * the statements that changed the blocking rows, in the same transaction.
+ */
+export function unwaitSql(t: string, policy: ParkedPolicy): string {
+  return `
+WITH RECURSIVE ${waitingAggregates(t)},
+scope AS (
+  SELECT aggregateid FROM waiting_aggs WHERE $1::text[] IS NULL
+  UNION
+  SELECT unnest($1::text[])
+),
+firsts AS MATERIALIZED (
+  SELECT s.aggregateid,
+         (SELECT min(b.seq) FROM ${t} b
+          WHERE b.aggregateid = s.aggregateid AND b.sent_at IS NULL AND b.skipped_at IS NULL AND b.attempts > 0
+            AND (${blockingRows(policy, 'b')})) AS first_blocked
+  FROM scope s
+)
+UPDATE ${t} w SET waiting = false
+FROM firsts f
+WHERE w.aggregateid = f.aggregateid AND w.waiting AND w.sent_at IS NULL AND w.skipped_at IS NULL
+  AND (f.first_blocked IS NULL OR w.seq < f.first_blocked)`;
 }

@@ -24,6 +24,8 @@ export class OutboxStore implements Store {
   private readonly whyEmptyText: string;
   private readonly pruneSentText: string;
   private readonly pruneSkippedText: string;
+  readonly markWaitingText: string;
+  readonly unwaitText: string;
   private readonly newestText: string;
   /** migration 003's channel for this table's inserts */
   readonly channel: string;
@@ -55,6 +57,8 @@ export class OutboxStore implements Store {
     this.pruneSentText = q.pruneSql(this.table, 'sent_at');
     this.pruneSkippedText = q.pruneSql(this.table, 'skipped_at');
     this.newestText = q.newestPendingSql(this.table);
+    this.markWaitingText = q.markWaitingSql(this.table, policy);
+    this.unwaitText = q.unwaitSql(this.table, policy);
     this.channel = notifyChannel(table);
   }
 
@@ -105,6 +109,24 @@ export class OutboxStore implements Store {
       return (await tx.unsafe(text, [retainMs, limit], this.prepared)).count;
     });
     return this.bounded(deadline, `pruning ${column === 'sent_at' ? 'sent' : 'skipped'} rows`, deleted);
+  }
+
+  /**
+   * Once per invocation, alongside the loop: clear the waiting marks nothing justifies any more
+   * (a blocking row deleted or repaired by hand), then mark the rows written behind blocking rows
+   * since the last pass (migration 004). Both cheap when no aggregate is blocked: they read the
+   * retry and waiting indexes, normally empty.
+   */
+  async tidyWaiting(deadline: Deadline): Promise<{ marked: number; cleared: number }> {
+    const stmtMs = String(Math.max(1, deadline.remaining()));
+    const done = this.sql.begin(async (tx) => {
+      // lock_timeout: a row an application holds is not worth waiting for (SKIP LOCKED covers most)
+      await tx`SELECT set_config('statement_timeout', ${stmtMs}, true), set_config('lock_timeout', '1000', true)`;
+      const cleared = (await tx.unsafe(this.unwaitText, [null])).count;
+      const marked = (await tx.unsafe(this.markWaitingText, [null])).count;
+      return { marked, cleared };
+    });
+    return this.bounded(deadline, 'tidying the waiting marks', done);
   }
 
   async newestPending(deadline: Deadline): Promise<string | null> {
@@ -175,6 +197,8 @@ export class BatchTx implements BatchTransaction {
   private connectionUser: 'this' | 'next' = 'this';
   /** the rows premark() marked behind the savepoint, and whether those statements succeeded */
   private premarked?: { seqs: Set<string>; written: Promise<boolean> };
+  /** the claimed rows' aggregates, and whether each had failed before (sending it may free its aggregate) */
+  private readonly claimed = new Map<string, { aggregateid: string; retried: boolean }>();
   /** BEGIN and the timeouts, in flight ahead of the first statement (see OutboxStore.begin) */
   opened: Promise<void> = Promise.resolve();
   constructor(
@@ -206,6 +230,7 @@ export class BatchTx implements BatchTransaction {
     const rows = await claimed;
     // seq order is the publishing order within an aggregate (G4); the claim leaves it to us
     rows.sort(bySeq);
+    for (const r of rows) this.claimed.set(r.seq, { aggregateid: r.aggregateid, retried: r.attempts > 0 });
     if (!this.store.guarded) for (const r of rows) r.publishable = true;
     const waiting = rows.filter((r) => !r.publishable);
     if (waiting.length === 0) return rows;
@@ -227,6 +252,9 @@ export class BatchTx implements BatchTransaction {
     if (seqs.length === 0 || this.store.connectionLost) return;
     const seqSet = new Set(seqs);
     const statements = [this.run('opening the premark savepoint', this.conn`SAVEPOINT premark`), this.run('marking rows sent', this.conn.unsafe(this.store.markText, [seqs], this.store.prepared))];
+    // a row that had failed, once sent, may free the rows waiting behind it (migration 004)
+    const freed = this.aggregatesOf(seqs, true);
+    if (freed.length) statements.push(this.run('clearing waiting marks', this.conn.unsafe(this.store.unwaitText, [freed], this.store.prepared)));
     // settled here so a failure is never unhandled; the commit methods look at the outcome
     const written = Promise.all([this.opened, ...statements]).then(
       () => true,
@@ -304,6 +332,13 @@ export class BatchTx implements BatchTransaction {
         ),
       );
     }
+    // The waiting marks follow the blocking rows just changed (migration 004): rows that failed
+    // before and were sent now, or failed again (parked under skip: no longer blocking), may free
+    // their aggregates; rows that failed now block theirs.
+    const blocking = this.aggregatesOf(failures.map((f) => f.seq), false);
+    const freed = [...new Set([...this.aggregatesOf(sent, true), ...blocking])];
+    if (freed.length) statements.push(this.run('clearing waiting marks', this.conn.unsafe(this.store.unwaitText, [freed], this.store.prepared)));
+    if (blocking.length) statements.push(this.run('marking waiting rows', this.conn.unsafe(this.store.markWaitingText, [blocking], this.store.prepared)));
     statements.push(this.run('committing the batch', this.conn`COMMIT`));
     const results = await Promise.allSettled(statements);
     const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
@@ -312,6 +347,16 @@ export class BatchTx implements BatchTransaction {
       throw failed.reason;
     }
     this.end();
+  }
+
+  /** The distinct aggregates of the claimed rows `seqs` (only those that had failed before, with `retriedOnly`). */
+  private aggregatesOf(seqs: string[], retriedOnly: boolean): string[] {
+    const out = new Set<string>();
+    for (const seq of seqs) {
+      const row = this.claimed.get(seq);
+      if (row && (!retriedOnly || row.retried)) out.add(row.aggregateid);
+    }
+    return [...out];
   }
 
   /** Never throws: a rollback that cannot reach the server is a rollback the server does itself. */
