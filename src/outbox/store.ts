@@ -15,6 +15,9 @@ import postgres, { type PendingQuery, type ReservedSql, type Row, type Sql } fro
 
 export type { ClaimedRow, Failure };
 
+/** rows marked waiting per transaction by tidyWaiting: a long backlog is marked in short transactions */
+const MARK_WAITING_CHUNK = 10_000;
+
 export class OutboxStore implements Store {
   readonly table: string;
   readonly claimText: string;
@@ -83,7 +86,11 @@ export class OutboxStore implements Store {
     const idleMs = String(Math.max(1, deadline.remaining() + 1_000));
     tx.opened = Promise.all([
       tx.run('BEGIN', conn`BEGIN`),
-      tx.run('setting timeouts', conn`SELECT set_config('statement_timeout', ${stmtMs}, true), set_config('lock_timeout', ${stmtMs}, true), set_config('idle_in_transaction_session_timeout', ${idleMs}, true)`),
+      // plan_cache_mode: the claim is planned for its actual parameters every time. A generic plan
+      // (what Postgres switches a prepared statement to after five runs when it looks no dearer)
+      // does not know the LIMIT: with rows waiting in the table it chose a sequential scan and a
+      // sort, 80 times slower, trying the aggregate lock of every pending row on the way.
+      tx.run('setting timeouts', conn`SELECT set_config('statement_timeout', ${stmtMs}, true), set_config('lock_timeout', ${stmtMs}, true), set_config('idle_in_transaction_session_timeout', ${idleMs}, true), set_config('plan_cache_mode', 'force_custom_plan', true)`),
     ]).then(() => undefined);
     // awaited by the first statement that needs the transaction; never an unhandled rejection
     tx.opened.catch(() => undefined);
@@ -118,15 +125,22 @@ export class OutboxStore implements Store {
    * retry and waiting indexes, normally empty.
    */
   async tidyWaiting(deadline: Deadline): Promise<{ marked: number; cleared: number }> {
-    const stmtMs = String(Math.max(1, deadline.remaining()));
-    const done = this.sql.begin(async (tx) => {
-      // lock_timeout: a row an application holds is not worth waiting for (SKIP LOCKED covers most)
-      await tx`SELECT set_config('statement_timeout', ${stmtMs}, true), set_config('lock_timeout', '1000', true)`;
-      const cleared = (await tx.unsafe(this.unwaitText, [null])).count;
-      const marked = (await tx.unsafe(this.markWaitingText, [null])).count;
-      return { marked, cleared };
-    });
-    return this.bounded(deadline, 'tidying the waiting marks', done);
+    const chunk = async <T>(work: (tx: postgres.TransactionSql) => Promise<T>): Promise<T> => {
+      const stmtMs = String(Math.max(1, deadline.remaining()));
+      const done = this.sql.begin(async (tx) => {
+        // lock_timeout: a row an application holds is not worth waiting for (SKIP LOCKED covers most)
+        await tx`SELECT set_config('statement_timeout', ${stmtMs}, true), set_config('lock_timeout', '1000', true)`;
+        return work(tx);
+      });
+      return this.bounded(deadline, 'tidying the waiting marks', done as Promise<T>);
+    };
+    const cleared = await chunk(async (tx) => (await tx.unsafe(this.unwaitText, [null])).count);
+    let marked = 0;
+    for (;;) {
+      const n = await chunk(async (tx) => (await tx.unsafe(this.markWaitingText, [null, MARK_WAITING_CHUNK])).count);
+      marked += n;
+      if (n < MARK_WAITING_CHUNK) return { marked, cleared };
+    }
   }
 
   async newestPending(deadline: Deadline): Promise<string | null> {
@@ -338,7 +352,8 @@ export class BatchTx implements BatchTransaction {
     const blocking = this.aggregatesOf(failures.map((f) => f.seq), false);
     const freed = [...new Set([...this.aggregatesOf(sent, true), ...blocking])];
     if (freed.length) statements.push(this.run('clearing waiting marks', this.conn.unsafe(this.store.unwaitText, [freed], this.store.prepared)));
-    if (blocking.length) statements.push(this.run('marking waiting rows', this.conn.unsafe(this.store.markWaitingText, [blocking], this.store.prepared)));
+    // a chunk at most, to keep this batch short; the next invocation's tidyWaiting marks any more
+    if (blocking.length) statements.push(this.run('marking waiting rows', this.conn.unsafe(this.store.markWaitingText, [blocking, MARK_WAITING_CHUNK], this.store.prepared)));
     statements.push(this.run('committing the batch', this.conn`COMMIT`));
     const results = await Promise.allSettled(statements);
     const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
