@@ -29,6 +29,7 @@ export class OutboxStore implements Store {
   private readonly pruneSkippedText: string;
   readonly markWaitingText: string;
   readonly unwaitText: string;
+  private readonly waitingWorkText: string;
   private readonly newestText: string;
   /** migration 003's channel for this table's inserts */
   readonly channel: string;
@@ -62,6 +63,7 @@ export class OutboxStore implements Store {
     this.newestText = q.newestPendingSql(this.table);
     this.markWaitingText = q.markWaitingSql(this.table, policy);
     this.unwaitText = q.unwaitSql(this.table, policy);
+    this.waitingWorkText = q.waitingWorkSql(this.table, policy);
     this.channel = notifyChannel(table);
   }
 
@@ -134,6 +136,9 @@ export class OutboxStore implements Store {
       });
       return this.bounded(deadline, 'tidying the waiting marks', done as Promise<T>);
     };
+    // normally nothing to do: one statement, no transaction
+    const [work] = await this.bounded(deadline, 'looking for waiting marks to tidy', this.sql.unsafe<{ needed: boolean }[]>(this.waitingWorkText, [], this.prepared));
+    if (!work?.needed) return { marked: 0, cleared: 0 };
     const cleared = await chunk(async (tx) => (await tx.unsafe(this.unwaitText, [null])).count);
     let marked = 0;
     for (;;) {
