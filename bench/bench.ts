@@ -185,10 +185,10 @@ async function benchSql(guard: boolean, sentRows: 'keep' | 'delete' = 'keep', wa
   const deadline = new Deadline(Date.now() + 600_000);
   let note: string | undefined;
   if (waiting) {
-    // what the first invocation does alongside its loop (tidyWaiting), then what autovacuum does
+    // what the first invocation does alongside its loop (markWaiting), then what autovacuum does
     // within a minute; the claim rate is measured after both, as it stays from then on
     const t0 = performance.now();
-    const { marked } = await store.tidyWaiting(deadline);
+    const marked = await store.markWaiting(deadline);
     note = `${WAITING_ROWS.toLocaleString('en-US')} rows waiting (${waiting}); marking them took ${Math.round(performance.now() - t0)} ms, once (${marked} marked)`;
     await sql.unsafe(`VACUUM ANALYZE ${qualified(parseTableName(table))}`);
   }

@@ -46,9 +46,11 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
   const invocation = new Invocation(deps, deadline);
   // retention runs alongside the loop for the whole invocation (see loop/retention.ts)
   const retention = deps.config.retainSentMs > 0 ? new Retention(deps.store, deps.config.retainSentMs, deps.logger) : undefined;
+  // the waiting marks (migration 004): stale ones cleared before the first claim, new rows marked
+  // alongside the loop; neither fails the invocation
+  const blocked = await clearStaleWaiting(deps, deadline);
   const pruning = retention?.run(deadline) ?? Promise.resolve(0);
-  // the waiting marks (migration 004) kept in step alongside too; never fails the invocation
-  const tidying = tidyWaiting(deps, deadline);
+  const tidying = blocked ? markWaiting(deps, deadline) : Promise.resolve();
   try {
     await invocation.relayAll();
   } catch (err) {
@@ -60,12 +62,23 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
   return invocation.finish(await pruning);
 }
 
-async function tidyWaiting(deps: RelayDeps, deadline: Deadline): Promise<void> {
+async function clearStaleWaiting(deps: RelayDeps, deadline: Deadline): Promise<boolean> {
   try {
-    const { marked, cleared } = await deps.store.tidyWaiting(deadline);
-    if (marked || cleared) deps.logger.info('waiting marks tidied: rows behind blocked aggregates leave the claim index, freed ones return', { marked, cleared });
+    const { cleared, blocked } = await deps.store.clearStaleWaiting(deadline);
+    if (cleared) deps.logger.info('waiting marks cleared: their aggregates are no longer blocked', { cleared });
+    return blocked;
   } catch (err) {
-    deps.logger.warn('tidying the waiting marks failed; claims skip waiting rows the slower way until the next invocation', { error: err });
+    deps.logger.warn('clearing stale waiting marks failed; those rows wait for the next invocation (order is kept)', { error: err });
+    return false;
+  }
+}
+
+async function markWaiting(deps: RelayDeps, deadline: Deadline): Promise<void> {
+  try {
+    const marked = await deps.store.markWaiting(deadline);
+    if (marked) deps.logger.info('rows behind blocked aggregates marked waiting: claims no longer read them', { marked });
+  } catch (err) {
+    deps.logger.warn('marking waiting rows failed; claims skip them the slower way until the next invocation', { error: err });
   }
 }
 

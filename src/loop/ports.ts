@@ -55,8 +55,10 @@ export interface Store {
   /** Open a batch transaction; `after`: a transaction whose COMMIT is on the wire, to follow on its connection. */
   begin(deadline: Deadline, after?: BatchTransaction): Promise<BatchTransaction>;
   nothingClaimable(deadline: Deadline): Promise<NothingClaimable>;
-  /** Once per invocation, alongside the loop: keep the waiting marks in step (OutboxStore.tidyWaiting). */
-  tidyWaiting(deadline: Deadline): Promise<{ marked: number; cleared: number }>;
+  /** Before the first claim: clear stale waiting marks; `blocked`: markWaiting has work (OutboxStore). */
+  clearStaleWaiting(deadline: Deadline): Promise<{ cleared: number; blocked: boolean }>;
+  /** Alongside the loop: mark the rows written behind blocking rows since the last pass (OutboxStore). */
+  markWaiting(deadline: Deadline): Promise<number>;
   /** The highest seq among pending rows, null when none: a lingering invocation's cheap probe for new rows. */
   newestPending(deadline: Deadline): Promise<string | null>;
   /**

@@ -428,12 +428,12 @@ WHERE w.aggregateid = f.aggregateid AND w.waiting AND w.sent_at IS NULL AND w.sk
   AND (f.first_blocked IS NULL OR w.seq < f.first_blocked)`;
 }
 
-/** Anything for tidyWaiting to do? A waiting row, or a blocking row: one probe each of the waiting and retry indexes. */
+/** Does a row wait, is an aggregate blocked? One probe each of the waiting and retry indexes (OutboxStore.clearStaleWaiting). */
 export function waitingWorkSql(t: string, policy: ParkedPolicy): string {
   return `
 SELECT (SELECT true FROM ${t}
         WHERE waiting AND sent_at IS NULL AND skipped_at IS NULL
-        ORDER BY aggregateid, seq LIMIT 1) IS NOT NULL
-    OR EXISTS (SELECT 1 FROM ${t}
-               WHERE sent_at IS NULL AND skipped_at IS NULL AND attempts > 0 AND (${blockingRows(policy)})) AS needed`;
+        ORDER BY aggregateid, seq LIMIT 1) IS NOT NULL AS waiting,
+       EXISTS (SELECT 1 FROM ${t}
+               WHERE sent_at IS NULL AND skipped_at IS NULL AND attempts > 0 AND (${blockingRows(policy)})) AS blocked`;
 }

@@ -121,31 +121,40 @@ export class OutboxStore implements Store {
   }
 
   /**
-   * Once per invocation, alongside the loop: clear the waiting marks nothing justifies any more
-   * (a blocking row deleted or repaired by hand), then mark the rows written behind blocking rows
-   * since the last pass (migration 004). Both cheap when no aggregate is blocked: they read the
-   * retry and waiting indexes, normally empty.
+   * Once per invocation, before its first claim: clear the waiting marks nothing justifies any
+   * more (a blocking row deleted or reset by hand), so the claim sees those rows at once (a claim
+   * running beside the clearing took its row locks for an application's and held the rows back).
+   * Normally a single probe and no transaction: no row waits. `blocked`: some aggregate is
+   * blocked, so markWaiting() has work.
    */
-  async tidyWaiting(deadline: Deadline): Promise<{ marked: number; cleared: number }> {
-    const chunk = async <T>(work: (tx: postgres.TransactionSql) => Promise<T>): Promise<T> => {
-      const stmtMs = String(Math.max(1, deadline.remaining()));
-      const done = this.sql.begin(async (tx) => {
-        // lock_timeout: a row an application holds is not worth waiting for (SKIP LOCKED covers most)
-        await tx`SELECT set_config('statement_timeout', ${stmtMs}, true), set_config('lock_timeout', '1000', true)`;
-        return work(tx);
-      });
-      return this.bounded(deadline, 'tidying the waiting marks', done as Promise<T>);
-    };
-    // normally nothing to do: one statement, no transaction
-    const [work] = await this.bounded(deadline, 'looking for waiting marks to tidy', this.sql.unsafe<{ needed: boolean }[]>(this.waitingWorkText, [], this.prepared));
-    if (!work?.needed) return { marked: 0, cleared: 0 };
-    const cleared = await chunk(async (tx) => (await tx.unsafe(this.unwaitText, [null])).count);
+  async clearStaleWaiting(deadline: Deadline): Promise<{ cleared: number; blocked: boolean }> {
+    const [work] = await this.bounded(deadline, 'looking for waiting marks to tidy', this.sql.unsafe<{ waiting: boolean; blocked: boolean }[]>(this.waitingWorkText, [], this.prepared));
+    if (!work?.waiting) return { cleared: 0, blocked: work?.blocked ?? false };
+    const cleared = await this.tidyChunk(deadline, async (tx) => (await tx.unsafe(this.unwaitText, [null])).count);
+    return { cleared, blocked: work.blocked };
+  }
+
+  /**
+   * Alongside the loop, when an aggregate is blocked: mark the rows written behind its blocking
+   * row since the last pass (migration 004), in transactions of MARK_WAITING_CHUNK rows.
+   */
+  async markWaiting(deadline: Deadline): Promise<number> {
     let marked = 0;
     for (;;) {
-      const n = await chunk(async (tx) => (await tx.unsafe(this.markWaitingText, [null, MARK_WAITING_CHUNK])).count);
+      const n = await this.tidyChunk(deadline, async (tx) => (await tx.unsafe(this.markWaitingText, [null, MARK_WAITING_CHUNK])).count);
       marked += n;
-      if (n < MARK_WAITING_CHUNK) return { marked, cleared };
+      if (n < MARK_WAITING_CHUNK) return marked;
     }
+  }
+
+  private tidyChunk<T>(deadline: Deadline, work: (tx: postgres.TransactionSql) => Promise<T>): Promise<T> {
+    const stmtMs = String(Math.max(1, deadline.remaining()));
+    const done = this.sql.begin(async (tx) => {
+      // lock_timeout: a row an application holds is not worth waiting for (SKIP LOCKED covers most)
+      await tx`SELECT set_config('statement_timeout', ${stmtMs}, true), set_config('lock_timeout', '1000', true)`;
+      return work(tx);
+    });
+    return this.bounded(deadline, 'tidying the waiting marks', done as Promise<T>);
   }
 
   async newestPending(deadline: Deadline): Promise<string | null> {

@@ -21,7 +21,11 @@ function cstring(buf: Buffer, at: number): [string, number] {
   return [buf.toString('utf8', at, end), end + 1];
 }
 
-export async function startPgProxy(opts: { listenPort: number; targetPort: number; onStatement: (text: string) => void }): Promise<PgProxy> {
+/**
+ * `onStatement` hears each statement as it passes; when it returns 'drop', the statement is not
+ * forwarded and the connection is closed, as a network fault or a pooler that refuses it would.
+ */
+export async function startPgProxy(opts: { listenPort: number; targetPort: number; onStatement: (text: string) => void | 'drop' }): Promise<PgProxy> {
   const open = new Set<net.Socket>();
   const server = net.createServer((client) => {
     const upstream = net.connect({ port: opts.targetPort, host: '127.0.0.1' });
@@ -58,6 +62,7 @@ export async function startPgProxy(opts: { listenPort: number; targetPort: numbe
         const msg = pending.subarray(0, end);
         pending = pending.subarray(end);
         const type = String.fromCharCode(msg[0]!);
+        let verdict: void | 'drop' = undefined;
         if (type === 'P') {
           const [name, next] = cstring(msg, 5);
           statements.set(name, cstring(msg, next)[0]);
@@ -65,9 +70,13 @@ export async function startPgProxy(opts: { listenPort: number; targetPort: numbe
           const [, next] = cstring(msg, 5);
           portalText = statements.get(cstring(msg, next)[0]) ?? '';
         } else if (type === 'E') {
-          opts.onStatement(portalText);
+          verdict = opts.onStatement(portalText);
         } else if (type === 'Q') {
-          opts.onStatement(cstring(msg, 5)[0]);
+          verdict = opts.onStatement(cstring(msg, 5)[0]);
+        }
+        if (verdict === 'drop') {
+          closeBoth();
+          return;
         }
         upstream.write(msg);
       }

@@ -129,7 +129,7 @@ describe('G2: a batch\'s COMMIT reaches the database before the next batch reach
     await insertEvents(sql, f.table, Array.from({ length: 450 }, (_, i) => ({ aggregateid: `a-${i}`, payload: { i, pad: 'p'.repeat(500) } })));
     const log: Array<'commit' | 'produce'> = [];
     const kafkaProxy = await startKafkaProxy({ listenPort: KAFKA_PROXY_PORT, targetPort: KAFKA_PROXIED_PORT, onProduceRequest: () => log.push('produce') });
-    const pgProxy = await startPgProxy({ listenPort: 0, targetPort: Number(new URL(DATABASE_URL).port || 5432), onStatement: (text) => text.trim().toUpperCase() === 'COMMIT' && log.push('commit') });
+    const pgProxy = await startPgProxy({ listenPort: 0, targetPort: Number(new URL(DATABASE_URL).port || 5432), onStatement: (text) => void (text.trim().toUpperCase() === 'COMMIT' && log.push('commit')) });
     try {
       const url = new URL(DATABASE_URL);
       url.port = String(pgProxy.port);
