@@ -22,7 +22,9 @@ import { parseTableName, qualified } from '../src/outbox/identifier.ts';
 import { migrate } from '../src/outbox/migrate.ts';
 import { OutboxStore } from '../src/outbox/store.ts';
 import { runInvocation } from '../src/relay.ts';
-import { CpuMeter, type CpuSample } from './cpu.ts';
+import { CpuMeter, parentPid, type CpuSample } from './cpu.ts';
+import { DebeziumPeer, type PeerCpu } from './debezium/peer.ts';
+import { peerReport } from './debezium/report.ts';
 import { benchBurst, benchSustained, type RetentionBenchContext } from './retention.ts';
 
 const { Kafka, logLevel, Partitioners } = kafkajs;
@@ -48,6 +50,10 @@ const { values } = parseArgs({
     // --only burst: rows in the burst, empty claims timed per state
     'burst-events': { type: 'string', default: '200000' },
     claims: { type: 'string', default: '20' },
+    // --peer debezium: Kafka Connect + Debezium relaying the same rows, in the same run (bench/debezium/)
+    peer: { type: 'string' },
+    // events of the peer's first, uncounted measurement (a fresh JVM costs 3-5x the CPU per event)
+    'peer-warmup': { type: 'string', default: '10000' },
   },
 });
 const N = Number(values.events);
@@ -70,13 +76,18 @@ const logger = createLogger((process.env.BENCH_LOG_LEVEL ?? 'warn') as 'warn');
 const kafka = new Kafka({ clientId: 'bench', brokers: env.KAFKA_BROKERS.split(','), logLevel: logLevel.NOTHING });
 const pad = 'x'.repeat(Math.max(0, PAYLOAD - 40));
 
-async function prepare(name: string): Promise<{ table: string; topic: string; template: string }> {
+/** a migrated, empty outbox table for one measurement of this run */
+async function createTable(name: string): Promise<string> {
   const table = `bench_${name}_${run}`;
   await migrate(sql, parseTableName(table));
+  return table;
+}
+
+/** `events` rows: one statement per 10k rows; ~PAYLOAD-byte JSON payloads, AGGREGATES interleaved aggregates */
+async function fillTable(table: string, events = N): Promise<void> {
   const t = qualified(parseTableName(table));
-  // one statement per 10k rows; ~PAYLOAD-byte JSON payloads, AGGREGATES interleaved aggregates
-  for (let i = 0; i < N; i += 10_000) {
-    const n = Math.min(10_000, N - i);
+  for (let i = 0; i < events; i += 10_000) {
+    const n = Math.min(10_000, events - i);
     await sql.unsafe(
       `INSERT INTO ${t} (aggregatetype, aggregateid, type, payload)
        SELECT 'bench', 'agg-' || ((g * 7919) % $2), 'Benchmarked', jsonb_build_object('n', g, 'pad', $3::text)
@@ -85,11 +96,20 @@ async function prepare(name: string): Promise<{ table: string; topic: string; te
     );
   }
   await sql.unsafe(`VACUUM ANALYZE ${t}`);
-  const topic = `bench.${run}.${name}`;
+}
+
+async function createTopic(topic: string): Promise<void> {
   const admin = kafka.admin();
   await admin.connect();
   await admin.createTopics({ waitForLeaders: true, topics: [{ topic, numPartitions: Number(values.partitions), replicationFactor: 1 }] });
   await admin.disconnect();
+}
+
+async function prepare(name: string): Promise<{ table: string; topic: string; template: string }> {
+  const table = await createTable(name);
+  await fillTable(table);
+  const topic = `bench.${run}.${name}`;
+  await createTopic(topic);
   return { table, topic, template: topic };
 }
 
@@ -103,11 +123,12 @@ interface Result {
   events: number;
   ms: number;
   perSec: number;
-  /** CPU seconds per party during the measurement */
-  cpu?: CpuSample;
+  /** CPU seconds per party during the measurement (the Debezium peer's: Connect and walsender too) */
+  cpu?: CpuSample | PeerCpu;
   note?: string;
 }
-const meter = new CpuMeter(new URL('../.cache/run', import.meta.url).pathname);
+const runDir = new URL('../.cache/run', import.meta.url).pathname;
+let meter = new CpuMeter(runDir);
 let cpuStart: CpuSample | undefined;
 // BENCH_CPU_PROFILE=dir writes a V8 CPU profile of each measurement (only the timed part) there
 const profileDir = process.env.BENCH_CPU_PROFILE;
@@ -201,6 +222,11 @@ async function benchSql(guard: boolean, sentRows: 'keep' | 'delete' = 'keep'): P
 function cpuText(r: Result): string {
   if (!r.cpu) return '';
   const per = (s: number) => ((s * 1e6) / r.events).toFixed(0).padStart(4);
+  if ('connect' in r.cpu) {
+    const c = r.cpu;
+    const cores = (c.connect + c.walsender + c.postgres + c.broker) / (r.ms / 1000);
+    return `connect ${per(c.connect)}, walsender ${per(c.walsender)}, other pg ${per(c.postgres)}, broker ${per(c.broker)} (ms/1k events)   ${cores.toFixed(2)} cores; bench's own polling ${per(c.node)}`;
+  }
   const cores = (r.cpu.node + r.cpu.postgres + r.cpu.broker) / (r.ms / 1000);
   return `${per(r.cpu.node)} ${per(r.cpu.postgres)} ${per(r.cpu.broker)}   ${cores.toFixed(2)}`;
 }
@@ -216,7 +242,54 @@ function retentionContext(): RetentionBenchContext {
   return { sql, kafka, env, logger, meter, run, batch: BATCH, payloadBytes: PAYLOAD, aggregates: AGGREGATES, partitions: Number(values.partitions) };
 }
 
+/** The postmaster of the server DATABASE_URL reaches: its backends' parent (when it runs on this machine). */
+async function postmaster(): Promise<number | undefined> {
+  const [row] = await sql<{ pid: number }[]>`SELECT pg_backend_pid() AS pid`;
+  return parentPid(row!.pid);
+}
+
+async function startPeer(name: string): Promise<DebeziumPeer> {
+  if (name !== 'debezium') throw new Error(`--peer: unknown peer '${name}'; the one there is: debezium`);
+  const peer = new DebeziumPeer({
+    sql,
+    kafka,
+    databaseUrl: env.DATABASE_URL,
+    brokers: env.KAFKA_BROKERS,
+    meter,
+    dir: new URL('../.cache/debezium', import.meta.url).pathname,
+    createTable,
+    fillTable,
+    createTopic,
+    dropTable: drop,
+  });
+  // an interrupted bench must not leave its slot behind (it would retain WAL forever) nor its JVM
+  const stop = (signal: NodeJS.Signals) => {
+    process.stderr.write(`\n  debezium: ${signal}: dropping this run's slot and stopping Kafka Connect\n`);
+    void peer.close().finally(() => process.exit(130));
+  };
+  process.once('SIGINT', stop);
+  process.once('SIGTERM', stop);
+  process.once('exit', () => peer.killNow());
+  try {
+    await peer.start();
+  } catch (e) {
+    await peer.close();
+    throw e;
+  }
+  return peer;
+}
+
+/** a first, smaller measurement, not counted: a fresh JVM costs 3-5x the CPU per event */
+async function warmUp(peer: DebeziumPeer): Promise<void> {
+  const warm = Math.min(N, Number(values['peer-warmup']));
+  if (warm <= 0) return;
+  run = `${Date.now().toString(36)}w`;
+  const r = await peer.measure(run, warm, 'Debezium warm-up');
+  process.stderr.write(`  warm-up (not counted) ${r.name}, ${warm} events: ${r.perSec} events/s${r.cpu ? `  cpu ${cpuText(r)}` : ''}\n`);
+}
+
 async function main(): Promise<void> {
+  meter = new CpuMeter(runDir, { postmaster: await postmaster() });
   const phases: Array<[string, () => Promise<Result>]> = [
     ['producer', benchProducer],
     ['sqlGuarded', () => benchSql(true)],
@@ -248,11 +321,28 @@ async function main(): Promise<void> {
   if (!only || phases.some(([k]) => only.includes(k))) {
     process.stderr.write(`bench: ${N} events, ~${PAYLOAD}-byte payloads, batch ${BATCH}, ${AGGREGATES} aggregates, ${REPEAT} repetitions (medians)\n`);
   }
+  const peer = values.peer ? await startPeer(values.peer) : undefined;
+  try {
+    if (peer) await warmUp(peer);
+    await measureAll(phases, only, peer, extras);
+  } finally {
+    await peer?.close();
+  }
+}
+
+async function measureAll(
+  phases: Array<[string, () => Promise<Result>]>,
+  only: string[] | undefined,
+  peer: DebeziumPeer | undefined,
+  extras: Array<[string, () => Promise<Record<string, unknown>>]>,
+): Promise<void> {
+  // the peer runs with whatever --only picked, interleaved with the relay's measurements
+  if (peer) phases = [...phases, ['debezium', () => peer.measure(run, N)]];
   const all = new Map<string, Result[]>(phases.map(([k]) => [k, []]));
   for (let i = 0; i < REPEAT; i++) {
     run = `${Date.now().toString(36)}r${i}`;
     for (const [key, phase] of phases) {
-      if (only && !only.includes(key)) continue;
+      if (only && key !== 'debezium' && !only.includes(key)) continue;
       const r = await phase();
       all.get(key)!.push(r);
       process.stderr.write(`  run ${i + 1}/${REPEAT} ${r.name}: ${r.perSec} events/s${r.cpu ? `  cpu ${cpuText(r)}` : ''}${r.note ? `\n      ${r.note}` : ''}\n`);
@@ -264,11 +354,13 @@ async function main(): Promise<void> {
     run = `${Date.now().toString(36)}x`;
     extraResults[key] = await extra();
   }
+  const m = (k: string) => median(all.get(k)!);
+  const side = peer ? peerReport(['relay', 'relayDelete', 'debezium'].map((k) => (all.get(k)?.length ? m(k) : undefined)) as Parameters<typeof peerReport>[0], REPEAT) : undefined;
   if (only) {
-    if (Object.keys(extraResults).length) console.log(`\n${JSON.stringify({ cores: availableParallelism(), ...extraResults })}`);
+    if (side) console.log(side.text);
+    if (Object.keys(extraResults).length || side) console.log(`\n${JSON.stringify({ cores: availableParallelism(), ...extraResults, ...side?.json })}`);
     return;
   }
-  const m = (k: string) => median(all.get(k)!);
   const [producer, sqlGuarded, sqlPlain, relay, sqlDelete, relayDelete] = ['producer', 'sqlGuarded', 'sqlPlain', 'relay', 'sqlDelete', 'relayDelete'].map(m) as [ReturnType<typeof m>, ReturnType<typeof m>, ReturnType<typeof m>, ReturnType<typeof m>, ReturnType<typeof m>, ReturnType<typeof m>];
   const rows = [relay, producer, sqlGuarded, sqlPlain, relayDelete, sqlDelete];
   const ceiling = Math.min(producer.perSec, sqlGuarded.perSec);
@@ -294,6 +386,7 @@ async function main(): Promise<void> {
       `CPU bound on this ${cores}-core machine: the relay (keep) needs ${(cpuPerEvent! * 1e6).toFixed(0)} µs of CPU per event (node+pg+broker) → at most ${cpuBound} events/s with every core busy (${(cpuBound / ceiling).toFixed(2)} of the ceiling)`,
     );
   }
+  if (side) console.log(side.text);
   console.log('');
   console.log(
     JSON.stringify({
@@ -312,6 +405,7 @@ async function main(): Promise<void> {
       ratioDelete: Number(ratioDelete.toFixed(3)),
       cores,
       cpuBoundEventsPerSec: cpuBound,
+      ...side?.json,
     }),
   );
 }
