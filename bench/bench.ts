@@ -52,8 +52,10 @@ const { values } = parseArgs({
     claims: { type: 'string', default: '20' },
     // --peer debezium: Kafka Connect + Debezium relaying the same rows, in the same run (bench/debezium/)
     peer: { type: 'string' },
-    // events of the peer's first, uncounted measurement (a fresh JVM costs 3-5x the CPU per event)
-    'peer-warmup': { type: 'string', default: '10000' },
+    // events relayed by the peer before it is measured, in runs of at most --events: a fresh JVM
+    // costs 3-5x the CPU per event, and its JIT compiler (C2) still took a third of Connect's CPU
+    // after 60,000 events and a fifth after 150,000; by ~200,000 it had mostly settled
+    'peer-warmup': { type: 'string', default: '150000' },
   },
 });
 const N = Number(values.events);
@@ -101,8 +103,20 @@ async function fillTable(table: string, events = N): Promise<void> {
 async function createTopic(topic: string): Promise<void> {
   const admin = kafka.admin();
   await admin.connect();
-  await admin.createTopics({ waitForLeaders: true, topics: [{ topic, numPartitions: Number(values.partitions), replicationFactor: 1 }] });
-  await admin.disconnect();
+  try {
+    // a busy shared broker may answer the leader wait with UNKNOWN_TOPIC_OR_PARTITION for a moment
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await admin.createTopics({ waitForLeaders: true, topics: [{ topic, numPartitions: Number(values.partitions), replicationFactor: 1 }] });
+        break;
+      } catch (e) {
+        if (attempt >= 5 || !(e as { retriable?: boolean }).retriable) throw e;
+        await new Promise((r) => setTimeout(r, 500 * attempt));
+      }
+    }
+  } finally {
+    await admin.disconnect();
+  }
 }
 
 async function prepare(name: string): Promise<{ table: string; topic: string; template: string }> {
@@ -125,6 +139,8 @@ interface Result {
   perSec: number;
   /** CPU seconds per party during the measurement (the Debezium peer's: Connect and walsender too) */
   cpu?: CpuSample | PeerCpu;
+  /** the Debezium peer's run counted from the connector's resume (the headline counts from its first message) */
+  fromResume?: { events: number; ms: number; perSec: number; cpu?: PeerCpu };
   note?: string;
 }
 const runDir = new URL('../.cache/run', import.meta.url).pathname;
@@ -279,13 +295,14 @@ async function startPeer(name: string): Promise<DebeziumPeer> {
   return peer;
 }
 
-/** a first, smaller measurement, not counted: a fresh JVM costs 3-5x the CPU per event */
+/** measurements that are not counted: a fresh JVM interprets, then compiles, the hot paths */
 async function warmUp(peer: DebeziumPeer): Promise<void> {
-  const warm = Math.min(N, Number(values['peer-warmup']));
-  if (warm <= 0) return;
-  run = `${Date.now().toString(36)}w`;
-  const r = await peer.measure(run, warm, 'Debezium warm-up');
-  process.stderr.write(`  warm-up (not counted) ${r.name}, ${warm} events: ${r.perSec} events/s${r.cpu ? `  cpu ${cpuText(r)}` : ''}\n`);
+  for (let left = Number(values['peer-warmup']), i = 0; left > 0; left -= N, i++) {
+    const events = Math.min(N, left);
+    run = `${Date.now().toString(36)}w${i}`;
+    const r = await peer.measure(run, events, 'Debezium warm-up');
+    process.stderr.write(`  warm-up (not counted) ${events} events: ${r.perSec} events/s${r.cpu ? `  cpu ${cpuText(r)}` : ''}\n`);
+  }
 }
 
 async function main(): Promise<void> {
@@ -315,10 +332,10 @@ async function main(): Promise<void> {
     ['burst', () => benchBurst(retentionContext(), Number(values['burst-events']), Math.max(1, Number(values.claims)))],
   ];
   const only = values.only?.split(',').map((s) => s.trim());
-  const known = [...phases, ...extras].map(([k]) => k);
+  const known = [...phases, ...extras].map(([k]) => k).concat(values.peer ? ['debezium'] : []);
   const unknown = only?.filter((k) => !known.includes(k));
   if (unknown?.length) throw new Error(`--only: unknown measurement ${unknown.join(', ')}; choose from ${known.join(', ')}`);
-  if (!only || phases.some(([k]) => only.includes(k))) {
+  if (!only || values.peer || phases.some(([k]) => only.includes(k))) {
     process.stderr.write(`bench: ${N} events, ~${PAYLOAD}-byte payloads, batch ${BATCH}, ${AGGREGATES} aggregates, ${REPEAT} repetitions (medians)\n`);
   }
   const peer = values.peer ? await startPeer(values.peer) : undefined;

@@ -11,7 +11,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type kafkajs from 'kafkajs';
 import type { Sql } from 'postgres';
 import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
-import { processCpu, type CpuMeter, type CpuSample } from '../cpu.ts';
+import { processCpu, threadCpu, type CpuMeter, type CpuSample } from '../cpu.ts';
 import { ConnectWorker } from './connect.ts';
 import { checkReplication, createPublication, dropLeftovers, dropReplication, replicationName } from './replication.ts';
 
@@ -45,6 +45,8 @@ export interface PeerResult {
   ms: number;
   perSec: number;
   cpu?: PeerCpu;
+  /** the same run counted from the resume: the task's restart included */
+  fromResume?: { events: number; ms: number; perSec: number; cpu?: PeerCpu };
   note?: string;
 }
 
@@ -90,23 +92,27 @@ export class DebeziumPeer {
   async measure(run: string, events: number, label = 'Debezium, backlog'): Promise<PeerResult> {
     const { sql, kafka } = this.ctx;
     const name = replicationName(run);
-    const table = await this.ctx.createTable('debezium');
-    const qualifiedTable = qualified(parseTableName(table));
+    const table = `bench_debezium_${run}`; // what createTable names it
     const topic = `bench.${run}.debezium.bench`; // the router's topic for aggregatetype 'bench'
-    await this.ctx.createTopic(topic);
     let connectorCreated = false;
+    // every step on its own: a failed one must not keep the slot (WAL retained forever) from going
     const cleanup = async () => {
       this.pending = undefined;
-      if (connectorCreated) await this.connect.request('DELETE', `/connectors/${name}`).catch(() => undefined);
-      await dropReplication(sql, name);
-      await this.ctx.dropTable(table);
+      const errors: unknown[] = [];
+      const step = (p: Promise<unknown>) => p.catch((e: unknown) => errors.push(e));
+      if (connectorCreated) await step(this.connect.request('DELETE', `/connectors/${name}`));
+      await step(dropReplication(sql, name));
+      await step(this.ctx.dropTable(table));
       const admin = kafka.admin();
-      await admin.connect();
-      await admin.deleteTopics({ topics: [topic] }).catch(() => undefined);
+      await step(admin.connect().then(() => admin.deleteTopics({ topics: [topic] })));
       await admin.disconnect();
+      if (errors.length) process.stderr.write(`  debezium: cleanup of ${name}: ${errors.map(String).join('; ')}\n`);
     };
     this.pending = cleanup;
     try {
+      if ((await this.ctx.createTable('debezium')) !== table) throw new Error('the bench names its tables bench_<name>_<run>');
+      const qualifiedTable = qualified(parseTableName(table));
+      await this.ctx.createTopic(topic);
       await createPublication(sql, name, qualifiedTable);
       connectorCreated = true;
       await this.connect.request('POST', '/connectors', { name, config: this.connectorConfig(name, table, run) });
@@ -125,6 +131,7 @@ export class DebeziumPeer {
         at: performance.now(),
         done,
         jvm: processCpu(jvm),
+        threads: threadCpu(jvm),
         walsender: walsender === null ? 0 : processCpu(walsender),
         meter: this.ctx.meter.available ? this.ctx.meter.sample() : undefined,
       });
@@ -154,9 +161,9 @@ export class DebeziumPeer {
       // (connections, slot checks, the producer's first metadata), a cost of stop/start only.
       const streaming = window(first!, ended);
       const whole = window(resumed, ended);
-      const r: PeerResult = { name: label, events: streaming.events, ms: streaming.ms, perSec: rate(streaming), cpu: streaming.cpu };
+      const r: PeerResult = { name: label, events: streaming.events, ms: streaming.ms, perSec: rate(streaming), cpu: streaming.cpu, fromResume: { ...whole, perSec: rate(whole) } };
       const total = (c?: PeerCpu) => (c ? `, ${Math.round(((c.connect + c.walsender + c.postgres + c.broker) * 1e6) / events)} ms CPU per 1k events` : '');
-      r.note = `counted from the first message (${Math.round(first!.at - resumed.at)} ms after the resume, ${first!.done} events in); from the resume: ${rate(whole)} events/s${total(whole.cpu)}; ${checked}`;
+      r.note = `Connect's threads (ms CPU per 1k events): ${topThreads(first!, ended, streaming.events)}\n      counted from the first message (${Math.round(first!.at - resumed.at)} ms after the resume, ${first!.done} events in); from the resume: ${rate(whole)} events/s${total(whole.cpu)}; ${checked}`;
       return r;
     } finally {
       await cleanup();
@@ -271,15 +278,28 @@ interface Snapshot {
   /** messages on the topic */
   done: number;
   jvm: number;
+  /** the JVM's CPU per thread name, to say where it goes */
+  threads: Map<string, number>;
   walsender: number;
   meter?: CpuSample;
+}
+
+/** the JVM threads that used the most CPU between two snapshots, in ms per 1,000 events */
+function topThreads(a: Snapshot, b: Snapshot, events: number, n = 5): string {
+  return [...b.threads]
+    .map(([name, s]) => [name, s - (a.threads.get(name) ?? 0)] as const)
+    .sort((x, y) => y[1] - x[1])
+    .slice(0, n)
+    .map(([name, s]) => `${name} ${Math.round((s * 1e6) / events)}`)
+    .join(', ');
 }
 
 function window(a: Snapshot, b: Snapshot): { events: number; ms: number; cpu?: PeerCpu } {
   const w = b.walsender - a.walsender;
   const cpu =
     a.meter && b.meter
-      ? { node: b.meter.node - a.meter.node, postgres: b.meter.postgres - a.meter.postgres - w, broker: b.meter.broker - a.meter.broker, connect: b.jvm - a.jvm, walsender: w }
+      ? // the postmaster's children include the walsender; clock ticks make the rest -0.01 s at times
+        { node: b.meter.node - a.meter.node, postgres: Math.max(0, b.meter.postgres - a.meter.postgres - w), broker: b.meter.broker - a.meter.broker, connect: b.jvm - a.jvm, walsender: w }
       : undefined;
   return { events: b.done - a.done, ms: b.at - a.at, cpu };
 }

@@ -9,9 +9,10 @@ interface Measured {
   events: number;
   ms: number;
   perSec: number;
-  min: number;
-  max: number;
+  min?: number;
+  max?: number;
   cpu?: CpuSample | PeerCpu;
+  fromResume?: Measured;
 }
 
 /** CPU ms per 1,000 events of each party, and their total */
@@ -48,11 +49,16 @@ export function peerReport([relay, relayDelete, debezium]: [Measured | undefined
     if (!r) return;
     const p = parties(r);
     const cpu = p ? `${n(p.app).padStart(5)}${n(p.postgres).padStart(6)}${(p.walsender === undefined ? '-' : n(p.walsender)).padStart(8)}${n(p.broker).padStart(8)}${n(p.total).padStart(7)}` : '';
-    lines.push(`${label.padEnd(52)}${n(r.perSec).padStart(9)}   ${`${n(r.min)}-${n(r.max)}`.padEnd(13)}${cpu}`);
+    const range = r.min === undefined || r.max === undefined ? '' : `${n(r.min)}-${n(r.max)}`;
+    lines.push(`${label.padEnd(52)}${n(r.perSec).padStart(9)}   ${range.padEnd(13)}${cpu}`);
   };
-  row('relay, keep   (app = Node; pg = its backends)', relay);
-  row('relay, delete (app = Node; pg = its backends)', relayDelete);
-  row('Debezium backlog (app = Connect JVM; pg = others)', debezium);
+  row('relay, one invocation, keep', relay);
+  row('relay, one invocation, delete', relayDelete);
+  row('Debezium backlog, from its first message', debezium);
+  row('  the same (median) run, from the resume', debezium?.fromResume);
+  lines.push('app: the relay\'s Node process, or the Connect JVM; pg: Postgres backends (the relay\'s; for');
+  lines.push('Debezium all but its walsender: its JDBC connection, the bench\'s own queries); walsnd: the');
+  lines.push('walsender decoding the WAL for Debezium\'s slot (pgoutput).');
   if (!debezium) return { text: lines.join('\n'), json };
   const dbz = parties(debezium);
   json.debeziumEventsPerSec = debezium.perSec;
