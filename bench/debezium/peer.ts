@@ -230,6 +230,7 @@ export class DebeziumPeer {
     const rows = await this.ctx.sql.unsafe<{ id: string; aggregateid: string }[]>(`SELECT id::text, aggregateid FROM ${qualified(parseTableName(table))}`);
     const keyOf = new Map(rows.map((r) => [r.id, r.aggregateid]));
     const seen = new Set<string>();
+    const headerNames = new Set<string>();
     const problems: string[] = [];
     const problem = (text: string) => {
       if (problems.length < 5) problems.push(text);
@@ -245,6 +246,7 @@ export class DebeziumPeer {
         eachBatch: ({ batch }) => {
           for (const m of batch.messages) {
             count++;
+            for (const h of Object.keys(m.headers ?? {})) headerNames.add(h);
             const id = m.headers?.id?.toString();
             if (!id || !keyOf.has(id)) problem(`a message with id header ${id} that is no row's`);
             else if (seen.has(id)) problem(`row ${id} twice`);
@@ -269,7 +271,7 @@ export class DebeziumPeer {
     if (end !== events) problems.push(`the topic holds ${end} messages for ${events} rows`);
     if (seen.size !== events) problems.push(`${seen.size} distinct rows of ${events}`);
     if (problems.length) throw new Error(`Debezium's messages do not match the table: ${problems.join('; ')}`);
-    return `read back: ${count} messages = ${events} rows, each once, key = aggregateid, id and type headers`;
+    return `read back: ${count} messages = ${events} rows, each once, key = aggregateid; headers: ${[...headerNames].join(', ')}`;
   }
 }
 
