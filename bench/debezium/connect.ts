@@ -172,8 +172,8 @@ export class ConnectWorker {
         'key.converter=org.apache.kafka.connect.storage.StringConverter',
         'value.converter=org.apache.kafka.connect.storage.StringConverter',
         `offset.storage.file.filename=${offsets}`,
-        // Connect's source producer is not Kafka's default one; make it the relay's: idempotent,
-        // acks=all (Connect already keeps one request in flight per connection)
+        // Connect's source producer is not Kafka's default one: it turns idempotence off (acks=all,
+        // one request in flight, linger 5 ms, 16 KB batches are its defaults). Make it the relay's.
         'producer.enable.idempotence=true',
         'producer.acks=all',
         // everything is on the classpath; no plugin.path to scan
