@@ -53,9 +53,9 @@ const { values } = parseArgs({
     // --peer debezium: Kafka Connect + Debezium relaying the same rows, in the same run (bench/debezium/)
     peer: { type: 'string' },
     // events relayed by the peer before it is measured, in runs of at most --events: a fresh JVM
-    // costs 3-5x the CPU per event, and its JIT compiler (C2) still took a third of Connect's CPU
-    // after 60,000 events and a fifth after 150,000; by ~200,000 it had mostly settled
-    'peer-warmup': { type: 'string', default: '150000' },
+    // costs 3-5x the CPU per event, and its JIT compiler (C2) still took 40-45% of Connect's CPU
+    // in the 50,000 events after 10,000 or 150,000 warm-up events, 25% after 200,000-250,000
+    'peer-warmup': { type: 'string', default: '250000' },
   },
 });
 const N = Number(values.events);
