@@ -22,7 +22,9 @@ import { parseTableName, qualified } from '../src/outbox/identifier.ts';
 import { migrate } from '../src/outbox/migrate.ts';
 import { OutboxStore } from '../src/outbox/store.ts';
 import { runInvocation } from '../src/relay.ts';
-import { CpuMeter, type CpuSample } from './cpu.ts';
+import { CpuMeter, parentPid, type CpuSample } from './cpu.ts';
+import { DebeziumPeer, type PeerCpu } from './debezium/peer.ts';
+import { peerReport } from './debezium/report.ts';
 import { benchBurst, benchSustained, type RetentionBenchContext } from './retention.ts';
 import { addWaitingRows, WAITING_ROWS, type WaitingKind } from './waiting.ts';
 
@@ -49,6 +51,12 @@ const { values } = parseArgs({
     // --only burst: rows in the burst, empty claims timed per state
     'burst-events': { type: 'string', default: '200000' },
     claims: { type: 'string', default: '20' },
+    // --peer debezium: Kafka Connect + Debezium relaying the same rows, in the same run (bench/debezium/)
+    peer: { type: 'string' },
+    // events relayed by the peer before it is measured, in runs of at most --events: a fresh JVM
+    // costs 3-5x the CPU per event, and its JIT compiler (C2) still took 40-45% of Connect's CPU
+    // in the 50,000 events after 10,000 or 150,000 warm-up events, 25% after 200,000-250,000
+    'peer-warmup': { type: 'string', default: '250000' },
   },
 });
 const N = Number(values.events);
@@ -71,14 +79,18 @@ const logger = createLogger((process.env.BENCH_LOG_LEVEL ?? 'warn') as 'warn');
 const kafka = new Kafka({ clientId: 'bench', brokers: env.KAFKA_BROKERS.split(','), logLevel: logLevel.NOTHING });
 const pad = 'x'.repeat(Math.max(0, PAYLOAD - 40));
 
-async function prepare(name: string, before?: (t: string) => Promise<void>): Promise<{ table: string; topic: string; template: string }> {
+/** a migrated, empty outbox table for one measurement of this run */
+async function createTable(name: string): Promise<string> {
   const table = `bench_${name}_${run}`;
   await migrate(sql, parseTableName(table));
+  return table;
+}
+
+/** `events` rows: one statement per 10k rows; ~PAYLOAD-byte JSON payloads, AGGREGATES interleaved aggregates */
+async function fillTable(table: string, events = N): Promise<void> {
   const t = qualified(parseTableName(table));
-  await before?.(t);
-  // one statement per 10k rows; ~PAYLOAD-byte JSON payloads, AGGREGATES interleaved aggregates
-  for (let i = 0; i < N; i += 10_000) {
-    const n = Math.min(10_000, N - i);
+  for (let i = 0; i < events; i += 10_000) {
+    const n = Math.min(10_000, events - i);
     await sql.unsafe(
       `INSERT INTO ${t} (aggregatetype, aggregateid, type, payload)
        SELECT 'bench', 'agg-' || ((g * 7919) % $2), 'Benchmarked', jsonb_build_object('n', g, 'pad', $3::text)
@@ -87,11 +99,34 @@ async function prepare(name: string, before?: (t: string) => Promise<void>): Pro
     );
   }
   await sql.unsafe(`VACUUM ANALYZE ${t}`);
-  const topic = `bench.${run}.${name}`;
+}
+
+async function createTopic(topic: string): Promise<void> {
   const admin = kafka.admin();
   await admin.connect();
-  await admin.createTopics({ waitForLeaders: true, topics: [{ topic, numPartitions: Number(values.partitions), replicationFactor: 1 }] });
-  await admin.disconnect();
+  try {
+    // a busy shared broker may answer the leader wait with UNKNOWN_TOPIC_OR_PARTITION for a moment
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await admin.createTopics({ waitForLeaders: true, topics: [{ topic, numPartitions: Number(values.partitions), replicationFactor: 1 }] });
+        break;
+      } catch (e) {
+        if (attempt >= 5 || !(e as { retriable?: boolean }).retriable) throw e;
+        await new Promise((r) => setTimeout(r, 500 * attempt));
+      }
+    }
+  } finally {
+    await admin.disconnect();
+  }
+}
+
+/** `before`: rows written ahead of the measured ones (bench/waiting.ts) */
+async function prepare(name: string, before?: (t: string) => Promise<void>): Promise<{ table: string; topic: string; template: string }> {
+  const table = await createTable(name);
+  await before?.(qualified(parseTableName(table)));
+  await fillTable(table);
+  const topic = `bench.${run}.${name}`;
+  await createTopic(topic);
   return { table, topic, template: topic };
 }
 
@@ -105,11 +140,14 @@ interface Result {
   events: number;
   ms: number;
   perSec: number;
-  /** CPU seconds per party during the measurement */
-  cpu?: CpuSample;
+  /** CPU seconds per party during the measurement (the Debezium peer's: Connect and walsender too) */
+  cpu?: CpuSample | PeerCpu;
+  /** the Debezium peer's run counted from the connector's resume (the headline counts from its first message) */
+  fromResume?: { events: number; ms: number; perSec: number; cpu?: PeerCpu };
   note?: string;
 }
-const meter = new CpuMeter(new URL('../.cache/run', import.meta.url).pathname);
+const runDir = new URL('../.cache/run', import.meta.url).pathname;
+let meter = new CpuMeter(runDir);
 let cpuStart: CpuSample | undefined;
 // BENCH_CPU_PROFILE=dir writes a V8 CPU profile of each measurement (only the timed part) there
 const profileDir = process.env.BENCH_CPU_PROFILE;
@@ -213,6 +251,11 @@ async function benchSql(guard: boolean, sentRows: 'keep' | 'delete' = 'keep', wa
 function cpuText(r: Result): string {
   if (!r.cpu) return '';
   const per = (s: number) => ((s * 1e6) / r.events).toFixed(0).padStart(4);
+  if ('connect' in r.cpu) {
+    const c = r.cpu;
+    const cores = (c.connect + c.walsender + c.postgres + c.broker) / (r.ms / 1000);
+    return `connect ${per(c.connect)}, walsender ${per(c.walsender)}, other pg ${per(c.postgres)}, broker ${per(c.broker)} (ms/1k events)   ${cores.toFixed(2)} cores; bench's own polling ${per(c.node)}`;
+  }
   const cores = (r.cpu.node + r.cpu.postgres + r.cpu.broker) / (r.ms / 1000);
   return `${per(r.cpu.node)} ${per(r.cpu.postgres)} ${per(r.cpu.broker)}   ${cores.toFixed(2)}`;
 }
@@ -228,7 +271,55 @@ function retentionContext(): RetentionBenchContext {
   return { sql, kafka, env, logger, meter, run, batch: BATCH, payloadBytes: PAYLOAD, aggregates: AGGREGATES, partitions: Number(values.partitions) };
 }
 
+/** The postmaster of the server DATABASE_URL reaches: its backends' parent (when it runs on this machine). */
+async function postmaster(): Promise<number | undefined> {
+  const [row] = await sql<{ pid: number }[]>`SELECT pg_backend_pid() AS pid`;
+  return parentPid(row!.pid);
+}
+
+async function startPeer(name: string): Promise<DebeziumPeer> {
+  if (name !== 'debezium') throw new Error(`--peer: unknown peer '${name}'; the one there is: debezium`);
+  const peer = new DebeziumPeer({
+    sql,
+    kafka,
+    databaseUrl: env.DATABASE_URL,
+    brokers: env.KAFKA_BROKERS,
+    meter,
+    dir: new URL('../.cache/debezium', import.meta.url).pathname,
+    createTable,
+    fillTable,
+    createTopic,
+    dropTable: drop,
+  });
+  // an interrupted bench must not leave its slot behind (it would retain WAL forever) nor its JVM
+  const stop = (signal: NodeJS.Signals) => {
+    process.stderr.write(`\n  debezium: ${signal}: dropping this run's slot and stopping Kafka Connect\n`);
+    void peer.close().finally(() => process.exit(130));
+  };
+  process.once('SIGINT', stop);
+  process.once('SIGTERM', stop);
+  process.once('exit', () => peer.killNow());
+  try {
+    await peer.start();
+  } catch (e) {
+    await peer.close();
+    throw e;
+  }
+  return peer;
+}
+
+/** measurements that are not counted: a fresh JVM interprets, then compiles, the hot paths */
+async function warmUp(peer: DebeziumPeer): Promise<void> {
+  for (let left = Number(values['peer-warmup']), i = 0; left > 0; left -= N, i++) {
+    const events = Math.min(N, left);
+    run = `${Date.now().toString(36)}w${i}`;
+    const r = await peer.measure(run, events, 'Debezium warm-up');
+    process.stderr.write(`  warm-up (not counted) ${events} events: ${r.perSec} events/s${r.cpu ? `  cpu ${cpuText(r)}` : ''}\n`);
+  }
+}
+
 async function main(): Promise<void> {
+  meter = new CpuMeter(runDir, { postmaster: await postmaster() });
   const phases: Array<[string, () => Promise<Result>]> = [
     ['producer', benchProducer],
     ['sqlGuarded', () => benchSql(true)],
@@ -257,17 +348,34 @@ async function main(): Promise<void> {
     ['burst', () => benchBurst(retentionContext(), Number(values['burst-events']), Math.max(1, Number(values.claims)))],
   ];
   const only = values.only?.split(',').map((s) => s.trim());
-  const known = [...phases, ...extras].map(([k]) => k);
+  const known = [...phases, ...extras].map(([k]) => k).concat(values.peer ? ['debezium'] : []);
   const unknown = only?.filter((k) => !known.includes(k));
   if (unknown?.length) throw new Error(`--only: unknown measurement ${unknown.join(', ')}; choose from ${known.join(', ')}`);
-  if (!only || phases.some(([k]) => only.includes(k))) {
+  if (!only || values.peer || phases.some(([k]) => only.includes(k))) {
     process.stderr.write(`bench: ${N} events, ~${PAYLOAD}-byte payloads, batch ${BATCH}, ${AGGREGATES} aggregates, ${REPEAT} repetitions (medians)\n`);
   }
+  const peer = values.peer ? await startPeer(values.peer) : undefined;
+  try {
+    if (peer) await warmUp(peer);
+    await measureAll(phases, only, peer, extras);
+  } finally {
+    await peer?.close();
+  }
+}
+
+async function measureAll(
+  phases: Array<[string, () => Promise<Result>]>,
+  only: string[] | undefined,
+  peer: DebeziumPeer | undefined,
+  extras: Array<[string, () => Promise<Record<string, unknown>>]>,
+): Promise<void> {
+  // the peer runs with whatever --only picked, interleaved with the relay's measurements
+  if (peer) phases = [...phases, ['debezium', () => peer.measure(run, N)]];
   const all = new Map<string, Result[]>(phases.map(([k]) => [k, []]));
   for (let i = 0; i < REPEAT; i++) {
     run = `${Date.now().toString(36)}r${i}`;
     for (const [key, phase] of phases) {
-      if (only && !only.includes(key)) continue;
+      if (only && key !== 'debezium' && !only.includes(key)) continue;
       const r = await phase();
       all.get(key)!.push(r);
       process.stderr.write(`  run ${i + 1}/${REPEAT} ${r.name}: ${r.perSec} events/s${r.cpu ? `  cpu ${cpuText(r)}` : ''}${r.note ? `\n      ${r.note}` : ''}\n`);
@@ -279,11 +387,13 @@ async function main(): Promise<void> {
     run = `${Date.now().toString(36)}x`;
     extraResults[key] = await extra();
   }
+  const m = (k: string) => median(all.get(k)!);
+  const side = peer ? peerReport(['relay', 'relayDelete', 'debezium'].map((k) => (all.get(k)?.length ? m(k) : undefined)) as Parameters<typeof peerReport>[0], REPEAT) : undefined;
   if (only) {
-    if (Object.keys(extraResults).length) console.log(`\n${JSON.stringify({ cores: availableParallelism(), ...extraResults })}`);
+    if (side) console.log(side.text);
+    if (Object.keys(extraResults).length || side) console.log(`\n${JSON.stringify({ cores: availableParallelism(), ...extraResults, ...side?.json })}`);
     return;
   }
-  const m = (k: string) => median(all.get(k)!);
   const [producer, sqlGuarded, sqlPlain, relay, sqlDelete, relayDelete] = ['producer', 'sqlGuarded', 'sqlPlain', 'relay', 'sqlDelete', 'relayDelete'].map(m) as [ReturnType<typeof m>, ReturnType<typeof m>, ReturnType<typeof m>, ReturnType<typeof m>, ReturnType<typeof m>, ReturnType<typeof m>];
   const [waitingParked, waitingBackoff] = ['sqlWaitingParked', 'sqlWaitingBackoff'].map(m) as [ReturnType<typeof m>, ReturnType<typeof m>];
   const rows = [relay, producer, sqlGuarded, sqlPlain, relayDelete, sqlDelete, waitingParked, waitingBackoff];
@@ -314,6 +424,7 @@ async function main(): Promise<void> {
       `CPU bound on this ${cores}-core machine: the relay (keep) needs ${(cpuPerEvent! * 1e6).toFixed(0)} µs of CPU per event (node+pg+broker) → at most ${cpuBound} events/s with every core busy (${(cpuBound / ceiling).toFixed(2)} of the ceiling)`,
     );
   }
+  if (side) console.log(side.text);
   console.log('');
   console.log(
     JSON.stringify({
@@ -334,6 +445,7 @@ async function main(): Promise<void> {
       waitingBackoffRatio: Number(waitingRatios[1]!.toFixed(3)),
       cores,
       cpuBoundEventsPerSec: cpuBound,
+      ...side?.json,
     }),
   );
 }

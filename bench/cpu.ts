@@ -39,15 +39,37 @@ function readPid(file: string): number | undefined {
   }
 }
 
+/** CPU seconds (utime+stime) one process has used so far; 0 once it is gone */
+export function processCpu(pid: number): number {
+  return cpuOf(pid, false);
+}
+
+/** the parent of a process: for a Postgres backend (pg_backend_pid()), its postmaster */
+export function parentPid(pid: number): number | undefined {
+  const f = stat(pid);
+  return f ? Number(f[1]) : undefined;
+}
+
 export class CpuMeter {
   private readonly postmaster?: number;
   private readonly broker?: number;
   readonly available: boolean;
 
-  constructor(runDir: string) {
-    this.postmaster = readPid(`${runDir}/postgres.pid`);
-    this.broker = readPid(`${runDir}/kafka.pid`);
+  /**
+   * runDir holds the pids services.sh recorded. `postmaster` overrides postgres.pid: the bench
+   * passes the parent of its own backend, so DATABASE_URL pointing at another local server is
+   * measured right. BENCH_BROKER_PID overrides kafka.pid likewise, for a broker this checkout did
+   * not start.
+   */
+  constructor(runDir: string, opts: { postmaster?: number } = {}) {
+    this.postmaster = opts.postmaster ?? readPid(`${runDir}/postgres.pid`);
+    this.broker = Number(process.env.BENCH_BROKER_PID) || readPid(`${runDir}/kafka.pid`);
     this.available = process.platform === 'linux' && this.postmaster !== undefined && this.broker !== undefined;
+  }
+
+  /** the postmaster's pid (to find its walsenders), when known */
+  get postmasterPid(): number | undefined {
+    return this.postmaster;
   }
 
   sample(): CpuSample {
@@ -68,4 +90,29 @@ export class CpuMeter {
   static diff(a: CpuSample, b: CpuSample): CpuSample {
     return { node: b.node - a.node, postgres: b.postgres - a.postgres, broker: b.broker - a.broker };
   }
+}
+
+/**
+ * CPU seconds per thread name of one process (/proc/PID/task), numbered siblings folded into one
+ * ("GC Thread#0", "GC Thread#1" → "GC Thread#"): where a JVM's CPU goes, without a profiler.
+ */
+export function threadCpu(pid: number): Map<string, number> {
+  const out = new Map<string, number>();
+  let tids: string[];
+  try {
+    tids = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return out;
+  }
+  for (const tid of tids) {
+    try {
+      const s = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+      const name = s.slice(s.indexOf('(') + 1, s.lastIndexOf(')')).replace(/\d+$/, '');
+      const f = s.slice(s.lastIndexOf(')') + 2).split(' ');
+      out.set(name, (out.get(name) ?? 0) + (Number(f[11]) + Number(f[12])) / TICKS);
+    } catch {
+      // the thread ended between the listing and the read
+    }
+  }
+  return out;
 }
