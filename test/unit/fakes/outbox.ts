@@ -23,13 +23,20 @@
 // - a crash: from a chosen operation on, the process is dead: that operation and every later one
 //   neither happens nor settles (promises that never settle, no timers).
 // - a hung database statement: raced against the transaction's deadline like OutboxStore.bounded.
+// - linger mode: producers committing rows while the invocation runs, by real timers (lateRows)
+//   or just before a given operation (racingRows); each commit NOTIFYs every LISTENer at once
+//   (migration 003's statement-level trigger, one notification per commit); the probe
+//   (newestPendingSql) on the table as it is; LISTEN on a connection of its own (watchInserts),
+//   refused, hung, slow, or lost just before an insert, whose notification is lost with it.
 //
 // What they do not model: concurrent invocations (other relays), statements racing on separate
 // connections (a COMMIT is applied the moment it is sent, so a claim can never run before a
 // COMMIT that was sent earlier), duplicates inside one publish (KafkajsPublisher's one-by-one
 // re-send after a record-level refusal), real sizes, partitions, OUTBOX_SENT_ROWS=delete,
 // the `skip` parked policy, skipped_at, rollback's own 2 s grace, retention's deletes
-// (pruneChunk deletes nothing: every row is younger than the retention window).
+// (pruneChunk deletes nothing: every row is younger than the retention window), the waiting
+// marks (clearStaleWaiting and markWaiting do nothing), NOTIFY's delivery delay, a seq taken
+// before a slower producer's (rows commit in seq order here).
 import { Deadline } from '../../../src/budget.ts';
 import { BrokerUnavailableError, DatabaseError, DeadlineExceededError, MessageRejectedError } from '../../../src/errors.ts';
 import { classifySendError } from '../../../src/kafka/classify.ts';
@@ -49,7 +56,20 @@ export interface RowSpec {
 }
 
 export type StoreFault =
-  | { op: 'begin' | 'claim' | 'whyEmpty' | 'prune'; call: number; kind: 'fail' | 'hang' }
+  /** probe: linger mode's newestPending (OUTBOX_WAKE=poll, or after LISTEN fell back) */
+  | { op: 'begin' | 'claim' | 'whyEmpty' | 'prune' | 'probe'; call: number; kind: 'fail' | 'hang' }
+  /** the probe answers `ms` late (a loaded database) */
+  | { op: 'probe'; call: number; kind: 'slow'; ms: number }
+  /**
+   * LISTEN (watchInserts). fail: refused (a pooler, a missing grant); hang: the connection does not
+   * answer before the deadline; slow: LISTEN is set up `ms` later (a new connection: TCP, TLS,
+   * auth); lost: the connection closes just before the `at`-th insert after LISTEN (0-based), and
+   * that insert's NOTIFY is lost with it (a dead connection is noticed late: rows committed in
+   * between notify no one).
+   */
+  | { op: 'listen'; call: number; kind: 'fail' | 'hang' }
+  | { op: 'listen'; call: number; kind: 'slow'; ms: number }
+  | { op: 'listen'; call: number; kind: 'lost'; at: number }
   /** recoverable: the UPDATE failed behind the savepoint; aborting: the SAVEPOINT itself failed */
   | { op: 'premark'; call: number; kind: 'recoverable' | 'aborting' }
   /**
@@ -78,6 +98,54 @@ export interface WorldPlan {
   crashAt?: number;
   /** linger mode: rows that producers commit while the invocation runs, `atMs` after it starts */
   lateRows?: Array<{ atMs: number; rows: RowSpec[] }>;
+  /**
+   * rows committed just before an operation begins: a producer's COMMIT that lands between two of
+   * the loop's statements (after a claim's snapshot, before the probe or the LISTEN that follows
+   * it), where a timer rarely falls
+   */
+  racingRows?: RacingRows[];
+}
+
+/**
+ * Rows committed just before an operation: the `atOp`-th of the run, or the `nth` (0-based) whose
+ * label contains `before` (e.g. 'ROLLBACK', 'nothingClaimable', 'newestPending': the windows
+ * between an empty claim's snapshot and the wait that follows it).
+ */
+export type RacingRows = { rows: RowSpec[] } & ({ atOp: number } | { before: string; nth: number });
+
+/** A claim statement as it ran: when, whether it was a claim ahead, and what its snapshot held. */
+export interface ClaimRecord {
+  tx: number;
+  /** its operation number */
+  op: number;
+  /** ms after the world began (World.now()) */
+  at: number;
+  /** a claim ahead (sent while the batch before it is published: inFlight is not empty) */
+  ahead: boolean;
+  /** rows in the table (their highest seq) when the statement's snapshot was taken */
+  rowsSeen: number;
+  /** Date.now() when the statement ran (backoffs are compared with it) */
+  now: number;
+}
+
+/** Rows a producer committed while the invocation ran. */
+export interface LateCommit {
+  /** ms after the world began */
+  at: number;
+  seqs: number[];
+  /** operations begun before it: the last one is steps[afterOp - 1] */
+  afterOp: number;
+  how: 'timer' | 'racing';
+}
+
+/** A nothingClaimable (whyEmptySql) as it ran: the table it saw, and its answer. */
+export interface WhyEmptyRecord {
+  /** its operation number */
+  op: number;
+  at: number;
+  rowsSeen: number;
+  now: number;
+  answer: NothingClaimable;
 }
 
 export interface RowState {
@@ -132,29 +200,73 @@ export class World {
   readonly listeners = new Set<() => void>();
   /** when each row was committed (ms after the world began): the late rows' deadline check */
   readonly insertedAt = new Map<number, number>();
+  /** every operation that began: when (ms after the world began) and what; operation #n is steps[n - 1] */
+  readonly steps: Array<{ at: number; label: string }> = [];
+  /** every late commit (lateRows, racingRows): when, its rows, and how many operations had begun before it */
+  readonly lateCommits: LateCommit[] = [];
+  /** every claim statement, in the order they ran */
+  readonly claims: ClaimRecord[] = [];
+  /** every nothingClaimable that answered, in order */
+  readonly whyEmpties: WhyEmptyRecord[] = [];
+  /** every probe (newestPending) that answered: its operation, when it began, and the table it saw */
+  readonly probes: Array<{ op: number; at: number; rowsSeen: number; newest: string | null }> = [];
+  /** when each LISTEN was set up (ms after the world began) */
+  readonly listenedAt: number[] = [];
+  private readonly startedAt = performance.now();
   private readonly lateTimers: NodeJS.Timeout[] = [];
+  private readonly racing: RacingRows[];
+  /** operations seen so far per `before` of racingRows */
+  private readonly racingSeen = new Map<string, number>();
 
   constructor(readonly plan: WorldPlan) {
-    this.insert(plan.rows, 0);
+    this.insert(plan.rows);
     for (const i of plan.foreignLocked) if (i < plan.rows.length) this.rowLocks.set(i + 1, FOREIGN);
-    const began = performance.now();
     for (const late of plan.lateRows ?? []) {
       this.lateTimers.push(
         setTimeout(() => {
           if (this.dead) return;
-          this.insert(late.rows, performance.now() - began);
-          for (const l of this.listeners) l();
+          this.commitLate(late.rows, 'timer');
         }, late.atMs),
       );
     }
+    this.racing = plan.racingRows ?? [];
   }
 
-  private insert(rows: RowSpec[], atMs: number): void {
+  /** ms since the world began */
+  now(): number {
+    return performance.now() - this.startedAt;
+  }
+
+  private insert(rows: RowSpec[]): number[] {
+    const atMs = this.now();
+    const seqs: number[] = [];
     for (const r of rows) {
       const seq = this.rows.size + 1;
       this.rows.set(seq, { seq, id: `00000000-0000-4000-8000-${String(seq).padStart(12, '0')}`, aggregateid: `agg-${r.aggregate}`, topic: r.topic, attempts: r.attempts, sent: false, parked: false, nextAttemptAt: -Infinity });
       this.insertedAt.set(seq, atMs);
+      seqs.push(seq);
     }
+    return seqs;
+  }
+
+  /** A producer's transaction commits `rows`; the trigger notifies every LISTENer (one NOTIFY per statement). */
+  private commitLate(rows: RowSpec[], how: LateCommit['how']): void {
+    const seqs = this.insert(rows);
+    this.lateCommits.push({ at: this.now(), seqs, afterOp: this.ops, how });
+    this.trace.push(`   a producer committed rows [${seqs.join(',')}] (${how === 'timer' ? `timer, at ${Math.round(this.now())} ms` : `before #${this.ops + 1}`})`);
+    for (const l of [...this.listeners]) l();
+  }
+
+  /** racingRows due before operation #ops + 1, `label` */
+  private commitRacing(label: string): void {
+    const seen = new Map<string, number>();
+    for (const r of this.racing) {
+      if (!('before' in r) || !label.includes(r.before) || seen.has(r.before)) continue;
+      seen.set(r.before, this.racingSeen.get(r.before) ?? 0);
+      this.racingSeen.set(r.before, seen.get(r.before)! + 1);
+    }
+    const due = this.racing.filter((r) => ('atOp' in r ? r.atOp === this.ops + 1 : seen.get(r.before) === r.nth));
+    if (due.length > 0) this.commitLate(due.flatMap((r) => r.rows), 'racing');
   }
 
   /** No more late rows (the run is over). */
@@ -177,7 +289,9 @@ export class World {
       this.death.resolve();
       return false;
     }
+    this.commitRacing(label);
     this.ops++;
+    this.steps.push({ at: this.now(), label });
     this.trace.push(`#${this.ops}: ${label}`);
     return true;
   }
@@ -221,8 +335,33 @@ export class World {
     return this.txs.filter((t) => t.state === 'open');
   }
 
+  /** The last `n` lines of the trace; a lingering invocation's runs of identical probes as one line each. */
   tail(n = 30): string {
-    return this.trace.slice(-n).join('\n  ');
+    const lines: string[] = [];
+    let run: { first: string; last: string; count: number; answer: string } | undefined;
+    const flush = () => {
+      if (run) lines.push(run.count === 1 ? `#${run.first}: newestPending\n     newest pending: ${run.answer}` : `#${run.first}..#${run.last}: newestPending ×${run.count}, each: newest pending: ${run.answer}`);
+      run = undefined;
+    };
+    for (let i = 0; i < this.trace.length; i++) {
+      const probe = /^#(\d+): newestPending$/.exec(this.trace[i]!);
+      const answer = /^ {3}newest pending: (.*)$/.exec(this.trace[i + 1] ?? '')?.[1];
+      if (probe && answer !== undefined) {
+        if (run?.answer === answer) {
+          run.last = probe[1]!;
+          run.count++;
+        } else {
+          flush();
+          run = { first: probe[1]!, last: probe[1]!, count: 1, answer };
+        }
+        i++;
+        continue;
+      }
+      flush();
+      lines.push(this.trace[i]!);
+    }
+    flush();
+    return lines.slice(-n).join('\n  ');
   }
 }
 
@@ -233,6 +372,11 @@ export function topicOf(row: Pick<RowState, 'topic'>, template: string): string 
 /** A statement that does not answer: OutboxStore.bounded races it against the deadline. */
 function hang(deadline: Deadline, what: string): Promise<never> {
   return deadline.race(what, NEVER);
+}
+
+/** A delay that does not keep the process alive (a crashed run may leave one behind). */
+function sleepMs(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms).unref());
 }
 
 /** OutboxStore.bounded's race rejects at once once the deadline is spent. */
@@ -247,11 +391,13 @@ export class FakeStore implements Store {
     const w = this.world;
     const fault = w.storeFault('begin');
     if (!w.step('begin')) return NEVER;
+    const op = w.ops;
+    const at = w.now();
     checkDeadline(deadline, 'reserving a database connection');
     await w.wire();
     if (fault?.kind === 'fail') throw new DatabaseError('injected: could not reserve a connection');
     if (fault?.kind === 'hang') await hang(deadline, 'reserving a database connection');
-    const tx = new FakeTx(w.txs.length + 1, w, deadline);
+    const tx = new FakeTx(w.txs.length + 1, w, deadline, op, at);
     w.txs.push(tx);
     return tx;
   }
@@ -260,6 +406,7 @@ export class FakeStore implements Store {
     const w = this.world;
     const fault = w.storeFault('whyEmpty');
     if (!w.step('nothingClaimable')) return NEVER;
+    const op = w.ops;
     checkDeadline(deadline, 'checking why nothing was claimable');
     await w.wire();
     if (fault?.kind === 'fail') throw new DatabaseError('injected: whyEmpty failed');
@@ -270,27 +417,65 @@ export class FakeStore implements Store {
     const blocked = firstBlocked(rows, now);
     const pending = rows.filter((r) => !r.sent && !r.parked);
     const claimable = pending.some((r) => r.nextAttemptAt <= now && !((blocked.get(r.aggregateid) ?? Infinity) < r.seq));
-    return claimable ? 'locked' : pending.length > 0 ? 'behind-failed-rows' : 'empty';
+    const answer = claimable ? 'locked' : pending.length > 0 ? 'behind-failed-rows' : 'empty';
+    w.whyEmpties.push({ op, at: w.now(), rowsSeen: w.rows.size, now, answer });
+    return answer;
+  }
+
+  /** the waiting marks are the SQL store's own optimization: nothing to model */
+  clearStaleWaiting(_deadline: Deadline): Promise<{ cleared: number; blocked: boolean }> {
+    return Promise.resolve({ cleared: 0, blocked: false });
+  }
+
+  markWaiting(_deadline: Deadline): Promise<number> {
+    return Promise.resolve(0);
   }
 
   /** newestPendingSql */
   async newestPending(deadline: Deadline): Promise<string | null> {
     const w = this.world;
+    const fault = w.storeFault('probe');
     if (!w.step('newestPending')) return NEVER;
+    const op = w.ops;
+    const at = w.now();
     checkDeadline(deadline, 'probing for new rows');
     await w.wire();
+    if (fault?.kind === 'fail') throw new DatabaseError('injected: the probe for new rows failed');
+    if (fault?.kind === 'hang') await hang(deadline, 'probing for new rows');
     const pending = w.sortedRows().filter((r) => !r.sent && !r.parked);
-    return pending.length ? String(pending[pending.length - 1]!.seq) : null;
+    const newest = pending.length ? String(pending[pending.length - 1]!.seq) : null;
+    w.probes.push({ op, at, rowsSeen: w.rows.size, newest });
+    if (fault?.kind === 'slow') await deadline.race('probing for new rows', sleepMs(fault.ms));
+    if (w.dead) return NEVER;
+    w.trace.push(`   newest pending: ${newest}`);
+    return newest;
   }
 
   /** LISTEN on a connection of its own; closing it ends the notifications */
   async watchInserts(deadline: Deadline, on: { insert(): void; lost(err: unknown): void }): Promise<InsertWatch> {
     const w = this.world;
-    if (!w.step('watchInserts')) return NEVER;
+    const fault = w.storeFault('listen');
+    if (!w.step('watchInserts (LISTEN)')) return NEVER;
     checkDeadline(deadline, 'listening for new rows (LISTEN)');
     await w.wire();
-    const listener = () => on.insert();
+    // OutboxStore.watchInserts races LISTEN against the deadline (not bounded(): no other client is poisoned)
+    if (fault?.kind === 'fail') throw new DatabaseError('injected: LISTEN failed (a pooler in transaction mode?)');
+    if (fault?.kind === 'hang') await hang(deadline, 'listening for new rows (LISTEN)');
+    if (fault?.kind === 'slow') await deadline.race('listening for new rows (LISTEN)', sleepMs(fault.ms));
+    if (w.dead) return NEVER;
+    let inserts = 0;
+    const listener = () => {
+      if (fault?.kind === 'lost' && inserts++ === fault.at) {
+        w.listeners.delete(listener);
+        w.trace.push('   the LISTEN connection closed (its NOTIFY lost)');
+        on.lost(new Error('injected: the LISTEN connection closed'));
+        return;
+      }
+      on.insert();
+    };
     w.listeners.add(listener);
+    w.listenedAt.push(w.now());
+    w.trace.push('   listening');
     return {
       close: () => {
         w.listeners.delete(listener);
@@ -326,6 +511,8 @@ type TxState = 'open' | 'committing' | 'ended';
 
 export class FakeTx implements BatchTransaction {
   state: TxState = 'open';
+  /** when it ended or its COMMIT was sent (ms after the world began); with beganAt, the loop's batch times are within these */
+  endedAt: number | undefined;
   /** every row this transaction claimed (G2: acked-but-unmarked rows must all be one batch's) */
   readonly claimed = new Set<string>();
   private premarked: { seqs: Set<string>; written: boolean; aborting: boolean } | undefined;
@@ -334,6 +521,10 @@ export class FakeTx implements BatchTransaction {
     readonly id: number,
     private readonly w: World,
     private readonly deadline: Deadline,
+    /** the operation number of its begin() */
+    readonly beginOp: number,
+    /** when begin() was called (ms after the world began): in the same event-loop turn as the loop's decision to claim */
+    readonly beganAt: number,
   ) {}
 
   private expectOpen(what: string): void {
@@ -344,10 +535,12 @@ export class FakeTx implements BatchTransaction {
     const w = this.w;
     const fault = w.storeFault('claim');
     if (!w.step(`tx${this.id}.claim(${limit}, inFlight=[${filter.inFlight.join(',')}])`)) return NEVER;
+    const op = w.ops;
     this.expectOpen('claim');
     checkDeadline(this.deadline, 'claiming a batch');
     // the statement's snapshot: what the table looked like when the claim was sent
     const snapshot = w.sortedRows().map((r) => ({ ...r }));
+    const sentAt = w.now();
     await w.wire();
     if (fault?.kind === 'fail') throw new DatabaseError('injected: claim failed');
     if (fault?.kind === 'hang') await hang(this.deadline, 'claiming a batch');
@@ -355,6 +548,7 @@ export class FakeTx implements BatchTransaction {
       w.violation(`tx${this.id}: claim ran after its transaction ended`);
       return [];
     }
+    w.claims.push({ tx: this.id, op, at: sentAt, ahead: filter.inFlight.length > 0, rowsSeen: snapshot.length, now: Date.now() });
     const rows = this.runClaim(limit, filter, snapshot);
     w.trace.push(`   tx${this.id} claimed [${rows.map((r) => `${r.seq}${r.publishable ? '' : '(held)'}`).join(',')}]`);
     const waiting = rows.filter((r) => !r.publishable);
@@ -470,6 +664,7 @@ export class FakeTx implements BatchTransaction {
     else for (const s of sent) w.failedCommitRows.add(s);
     w.release(this.id);
     this.state = 'committing';
+    this.endedAt = w.now();
     const answer = (async () => {
       if (expired) throw new DeadlineExceededError('committing the batch');
       await w.wire();
@@ -500,6 +695,7 @@ export class FakeTx implements BatchTransaction {
     else for (const s of sent) w.failedCommitRows.add(s);
     w.release(this.id);
     this.state = 'ended';
+    this.endedAt = w.now();
     if (expired) throw new DeadlineExceededError('committing the batch');
     await w.wire();
     if (pre?.aborting) throw new DatabaseError('injected: the premark savepoint failed; current transaction is aborted');
@@ -514,6 +710,7 @@ export class FakeTx implements BatchTransaction {
     if (!w.step(`tx${this.id}.ROLLBACK`)) return NEVER;
     w.release(this.id);
     this.state = 'ended';
+    this.endedAt = w.now();
     await w.wire();
   }
 
