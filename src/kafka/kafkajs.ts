@@ -5,23 +5,17 @@
 import { CompressionTypes, Kafka, logLevel as KafkaLogLevel, Partitioners, type Admin, type KafkaConfig, type Producer, type SASLOptions } from 'kafkajs';
 import type { Logger } from '../log.ts';
 import type { OutboundMessage } from './message.ts';
-import { ProducerPublisher, type ClientProducer, type KafkaClient, type KafkaCredentials, type PublisherOptions } from './producer-publisher.ts';
+import type { ClientProducer, KafkaClient, KafkaCredentials, PublisherOptions } from './producer-publisher.ts';
 
 // Client retries: few and short. kafkajs warns that "limiting retries for the idempotent producer
 // may invalidate EoS guarantees": true of a producer that is used again after its retries ran out,
-// because kafkajs has then rolled its sequence numbers back (see ProducerPublisher.sendOnce). This
+// because kafkajs has then rolled its sequence numbers back (see ProducerPublisher.sendOnce in producer-publisher.ts). This
 // one never is, so bounded retries are safe, and they must be bounded: an invocation has a budget,
 // and a broker that stays down past a few retries is the next invocation's business, not this one's.
 const RETRY = { retries: 3, initialRetryTime: 100, maxRetryTime: 2_000 };
 const EOS_RETRIES_WARNING = /Limiting retries for the idempotent producer/;
 
-export class KafkajsPublisher extends ProducerPublisher {
-  constructor(opts: PublisherOptions) {
-    super(opts, new KafkajsClient(opts.kafka, opts.logger));
-  }
-}
-
-class KafkajsClient implements KafkaClient {
+export class KafkajsClient implements KafkaClient {
   constructor(
     private readonly kafka: PublisherOptions['kafka'],
     private readonly logger: Logger,
