@@ -1,10 +1,12 @@
 // Throughput of the relay next to its two ceilings, measured in the same run on the same rows:
 //   relay     one invocation of the real loop (claim ‖ publish, mark, commit), events/s
-//   producer  kafkajs alone sending the same messages in the same batches (idempotent, acks=all)
+//   producer  the Kafka client alone sending the same messages in the same batches, with the
+//             relay's own producer settings (idempotent, acks=all, one request in flight)
 //   sql       claim + mark + commit alone, no Kafka, with the order guard and without it
 // for the default OUTBOX_SENT_ROWS=keep (rows marked sent), and relay and sql again with
-// OUTBOX_SENT_ROWS=delete. ratio = relay / min(producer, sql guarded). Prints a table, then one
-// JSON line.
+// OUTBOX_SENT_ROWS=delete. relay and producer run once per Kafka client (--clients, default
+// kafkajs,platformatic). ratio = relay / min(producer, sql guarded), per client. Prints a table,
+// then one JSON line.
 // Opt-in, with --only (bench/retention.ts): `sustained` (retention keeping pace for --minutes at the
 // relay's full rate) and `burst` (empty-claim time after 200,000 rows were relayed and pruned).
 import { writeFileSync } from 'node:fs';
@@ -14,8 +16,8 @@ import { parseArgs } from 'node:util';
 import kafkajs from 'kafkajs';
 import postgres from 'postgres';
 import { Deadline } from '../src/budget.ts';
-import { loadConfig } from '../src/config.ts';
-import { KafkajsPublisher } from '../src/kafka/kafkajs.ts';
+import { KAFKA_CLIENTS, loadConfig, type KafkaClientName } from '../src/config.ts';
+import { createPublisher, kafkaClient } from '../src/kafka/clients.ts';
 import { toMessage } from '../src/kafka/message.ts';
 import { createLogger } from '../src/log.ts';
 import { parseTableName, qualified } from '../src/outbox/identifier.ts';
@@ -28,7 +30,7 @@ import { peerReport } from './debezium/report.ts';
 import { benchBurst, benchSustained, type RetentionBenchContext } from './retention.ts';
 import { addWaitingRows, WAITING_ROWS, type WaitingKind } from './waiting.ts';
 
-const { Kafka, logLevel, Partitioners } = kafkajs;
+const { Kafka, logLevel } = kafkajs;
 
 const { values } = parseArgs({
   options: {
@@ -37,6 +39,7 @@ const { values } = parseArgs({
     payload: { type: 'string', default: process.env.BENCH_PAYLOAD_BYTES ?? '1000' },
     aggregates: { type: 'string', default: process.env.BENCH_AGGREGATES ?? '1000' },
     partitions: { type: 'string', default: '6' },
+    clients: { type: 'string', default: process.env.BENCH_CLIENTS ?? KAFKA_CLIENTS.join(',') },
     repeat: { type: 'string', default: process.env.BENCH_REPEAT ?? '3' },
     // comma-separated subset of the measurements, e.g. --only relay,producer (for profiling)
     only: { type: 'string' },
@@ -64,6 +67,8 @@ const BATCH = Number(values.batch);
 const PAYLOAD = Number(values.payload);
 const AGGREGATES = Number(values.aggregates);
 const REPEAT = Math.max(1, Number(values.repeat));
+const CLIENTS = values.clients.split(',').map((c) => c.trim()) as KafkaClientName[];
+for (const c of CLIENTS) if (!KAFKA_CLIENTS.includes(c)) throw new Error(`--clients: unknown client ${c}; choose from ${KAFKA_CLIENTS.join(', ')}`);
 
 const env = {
   DATABASE_URL: process.env.DATABASE_URL ?? 'postgres://outbox:outbox@127.0.0.1:5432/outbox',
@@ -178,17 +183,17 @@ async function result(name: string, events: number, start: number): Promise<Resu
   return { name, events, ms, perSec: Math.round((events / ms) * 1000), cpu };
 }
 
-async function benchRelay(sentRows: 'keep' | 'delete'): Promise<Result> {
-  const { table, template } = await prepare(`relay${sentRows}`);
-  const config = loadConfig({ ...env, OUTBOX_TABLE: table, OUTBOX_TOPIC_TEMPLATE: template, OUTBOX_SENT_ROWS: sentRows });
+async function benchRelay(client: KafkaClientName, sentRows: 'keep' | 'delete'): Promise<Result> {
+  const { table, template } = await prepare(`relay${sentRows}${client}`);
+  const config = loadConfig({ ...env, OUTBOX_TABLE: table, OUTBOX_TOPIC_TEMPLATE: template, OUTBOX_SENT_ROWS: sentRows, OUTBOX_KAFKA_CLIENT: client });
   const store = new OutboxStore(sql, config.outbox.table, config.outbox.parkedPolicy, { sentRows });
-  const publisher = new KafkajsPublisher({ kafka: config.kafka, logger, maxMessageBytes: config.outbox.maxMessageBytes });
+  const publisher = createPublisher({ kafka: config.kafka, logger, maxMessageBytes: config.outbox.maxMessageBytes });
   // warm the producer and the topic metadata, as a warm Lambda container would be
   await publisher.publish([], new Deadline(Date.now() + 10_000));
   await publisher.maxMessageBytes(template, new Deadline(Date.now() + 10_000));
   const start = await startClock();
   const summary = await runInvocation({ store, publisher, config: config.outbox, logger }, new Deadline(Date.now() + 600_000));
-  const r = await result(`relay, one invocation (${sentRows})`, summary.published, start);
+  const r = await result(`relay ${client}, one invocation (${sentRows})`, summary.published, start);
   const per = (ms: number) => (ms / summary.batches).toFixed(1);
   r.note = `${summary.batches} batches, ${summary.heldBack} rows held back; per batch waited: claim ${per(summary.waitedMs.claim)} ms, publish ${per(summary.waitedMs.publish)} ms, commit ${per(summary.waitedMs.commit)} ms`;
   await publisher.close();
@@ -197,21 +202,20 @@ async function benchRelay(sentRows: 'keep' | 'delete'): Promise<Result> {
   return r;
 }
 
-async function benchProducer(): Promise<Result> {
-  const { table, topic } = await prepare('producer');
+async function benchProducer(client: KafkaClientName): Promise<Result> {
+  const { table, topic } = await prepare(`producer${client}`);
   const rows = await sql.unsafe<{ seq: string; id: string; aggregatetype: string; aggregateid: string; type: string; payload: string }[]>(
     `SELECT seq, id, aggregatetype, aggregateid, type, payload::text AS payload FROM ${qualified(parseTableName(table))} ORDER BY seq`,
   );
   const messages = rows.map((r) => toMessage({ ...r, topic: null, headers: null, attempts: 0 }, topic));
-  const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, createPartitioner: Partitioners.DefaultPartitioner, allowAutoTopicCreation: false });
-  await producer.connect();
-  await producer.send({ topic, acks: -1, messages: [{ key: 'warmup', value: '{}' }] });
+  // the relay's own producer of that client (src/kafka/kafkajs.ts, platformatic.ts), without the relay
+  const config = loadConfig({ ...env, OUTBOX_KAFKA_CLIENT: client });
+  const producer = await kafkaClient(config.kafka, logger).connect(undefined);
+  await producer.send(topic, [{ ...messages[0]!, key: 'warmup' }], 30_000);
   const start = await startClock();
-  for (let i = 0; i < messages.length; i += BATCH) {
-    await producer.send({ topic, acks: -1, messages: messages.slice(i, i + BATCH).map((m) => ({ key: m.key, value: m.value, headers: m.headers })) });
-  }
-  const r = await result('kafkajs producer alone', messages.length, start);
-  await producer.disconnect();
+  for (let i = 0; i < messages.length; i += BATCH) await producer.send(topic, messages.slice(i, i + BATCH), 30_000);
+  const r = await result(`${client} producer alone`, messages.length, start);
+  await producer.close();
   await drop(table);
   return r;
 }
@@ -318,15 +322,22 @@ async function warmUp(peer: DebeziumPeer): Promise<void> {
   }
 }
 
+/** a measurement picked by --only: by its key (relay:kafkajs) or its name (relay, every client's) */
+function selected(only: string[] | undefined, key: string): boolean {
+  return !only || only.includes(key) || only.includes(key.split(':')[0]!);
+}
+
 async function main(): Promise<void> {
   meter = new CpuMeter(runDir, { postmaster: await postmaster() });
+  // per client: producer:<client>, relay:<client>, relayDelete:<client> (--only producer picks every client's)
+  const perClient = (key: string, phase: (c: KafkaClientName) => Promise<Result>): Array<[string, () => Promise<Result>]> => CLIENTS.map((c) => [`${key}:${c}`, () => phase(c)]);
   const phases: Array<[string, () => Promise<Result>]> = [
-    ['producer', benchProducer],
+    ...perClient('producer', benchProducer),
     ['sqlGuarded', () => benchSql(true)],
     ['sqlPlain', () => benchSql(false)],
-    ['relay', () => benchRelay('keep')],
+    ...perClient('relay', (c) => benchRelay(c, 'keep')),
     ['sqlDelete', () => benchSql(true, 'delete')],
-    ['relayDelete', () => benchRelay('delete')],
+    ...perClient('relayDelete', (c) => benchRelay(c, 'delete')),
     // the claim with rows waiting behind failed rows (bench/waiting.ts), next to sqlGuarded
     ['sqlWaitingParked', () => benchSql(true, 'keep', 'parked')],
     ['sqlWaitingBackoff', () => benchSql(true, 'keep', 'backoff')],
@@ -349,10 +360,10 @@ async function main(): Promise<void> {
   ];
   const only = values.only?.split(',').map((s) => s.trim());
   const known = [...phases, ...extras].map(([k]) => k).concat(values.peer ? ['debezium'] : []);
-  const unknown = only?.filter((k) => !known.includes(k));
+  const unknown = only?.filter((k) => !known.some((key) => key === k || key.split(':')[0] === k));
   if (unknown?.length) throw new Error(`--only: unknown measurement ${unknown.join(', ')}; choose from ${known.join(', ')}`);
-  if (!only || values.peer || phases.some(([k]) => only.includes(k))) {
-    process.stderr.write(`bench: ${N} events, ~${PAYLOAD}-byte payloads, batch ${BATCH}, ${AGGREGATES} aggregates, ${REPEAT} repetitions (medians)\n`);
+  if (!only || values.peer || phases.some(([k]) => selected(only, k))) {
+    process.stderr.write(`bench: ${N} events, ~${PAYLOAD}-byte payloads, batch ${BATCH}, ${AGGREGATES} aggregates, clients ${CLIENTS.join(', ')}, ${REPEAT} repetitions (medians)\n`);
   }
   const peer = values.peer ? await startPeer(values.peer) : undefined;
   try {
@@ -375,7 +386,8 @@ async function measureAll(
   for (let i = 0; i < REPEAT; i++) {
     run = `${Date.now().toString(36)}r${i}`;
     for (const [key, phase] of phases) {
-      if (only && key !== 'debezium' && !only.includes(key)) continue;
+      // the peer runs with whatever --only picked
+      if (key !== 'debezium' && !selected(only, key)) continue;
       const r = await phase();
       all.get(key)!.push(r);
       process.stderr.write(`  run ${i + 1}/${REPEAT} ${r.name}: ${r.perSec} events/s${r.cpu ? `  cpu ${cpuText(r)}` : ''}${r.note ? `\n      ${r.note}` : ''}\n`);
@@ -388,18 +400,22 @@ async function measureAll(
     extraResults[key] = await extra();
   }
   const m = (k: string) => median(all.get(k)!);
-  const side = peer ? peerReport(['relay', 'relayDelete', 'debezium'].map((k) => (all.get(k)?.length ? m(k) : undefined)) as Parameters<typeof peerReport>[0], REPEAT) : undefined;
+  // Debezium next to each client's relay
+  const sides = peer ? CLIENTS.map((c) => peerReport([`relay:${c}`, `relayDelete:${c}`, 'debezium'].map((k) => (all.get(k)?.length ? m(k) : undefined)) as Parameters<typeof peerReport>[0], REPEAT)) : [];
   if (only) {
-    if (side) console.log(side.text);
-    if (Object.keys(extraResults).length || side) console.log(`\n${JSON.stringify({ cores: availableParallelism(), ...extraResults, ...side?.json })}`);
+    for (const side of sides) console.log(side.text);
+    if (Object.keys(extraResults).length || sides.length) console.log(`\n${JSON.stringify({ cores: availableParallelism(), ...extraResults, ...(sides.length ? { peer: Object.fromEntries(sides.map((x, i) => [CLIENTS[i]!, x.json])) } : {}) })}`);
     return;
   }
-  const [producer, sqlGuarded, sqlPlain, relay, sqlDelete, relayDelete] = ['producer', 'sqlGuarded', 'sqlPlain', 'relay', 'sqlDelete', 'relayDelete'].map(m) as [ReturnType<typeof m>, ReturnType<typeof m>, ReturnType<typeof m>, ReturnType<typeof m>, ReturnType<typeof m>, ReturnType<typeof m>];
+  const [sqlGuarded, sqlPlain, sqlDelete] = ['sqlGuarded', 'sqlPlain', 'sqlDelete'].map(m) as [ReturnType<typeof m>, ReturnType<typeof m>, ReturnType<typeof m>];
   const [waitingParked, waitingBackoff] = ['sqlWaitingParked', 'sqlWaitingBackoff'].map(m) as [ReturnType<typeof m>, ReturnType<typeof m>];
-  const rows = [relay, producer, sqlGuarded, sqlPlain, relayDelete, sqlDelete, waitingParked, waitingBackoff];
-  const ceiling = Math.min(producer.perSec, sqlGuarded.perSec);
-  const ratio = relay.perSec / ceiling;
-  const ratioDelete = relayDelete.perSec / Math.min(producer.perSec, sqlDelete.perSec);
+  const byClient = CLIENTS.map((client) => {
+    const [producer, relay, relayDelete] = ['producer', 'relay', 'relayDelete'].map((k) => m(`${k}:${client}`)) as [ReturnType<typeof m>, ReturnType<typeof m>, ReturnType<typeof m>];
+    const ceiling = Math.min(producer.perSec, sqlGuarded.perSec);
+    const ceilingDelete = Math.min(producer.perSec, sqlDelete.perSec);
+    return { client, producer, relay, relayDelete, ceiling, ratio: relay.perSec / ceiling, ceilingDelete, ratioDelete: relayDelete.perSec / ceilingDelete };
+  });
+  const rows = [...byClient.flatMap((c) => [c.relay, c.producer]), sqlGuarded, sqlPlain, ...byClient.map((c) => c.relayDelete), sqlDelete, waitingParked, waitingBackoff];
   const guardCost = 1 - sqlGuarded.perSec / sqlPlain.perSec;
   const cpuHead = meter.available ? `   cpu ms/1k events: node   pg  broker  cores busy` : '';
   console.log(`\n${'measurement (median of ' + REPEAT + ')'}`.padEnd(45) + `${'events'.padStart(8)} ${'seconds'.padStart(8)} ${'events/s'.padStart(10)}   ${'range'.padEnd(11)}${cpuHead}`);
@@ -407,24 +423,38 @@ async function measureAll(
     const cpu = r.cpu ? `${' '.repeat(17)}${cpuText(r)}` : '';
     console.log(`${r.name.padEnd(44)} ${String(r.events).padStart(8)} ${(r.ms / 1000).toFixed(2).padStart(8)} ${String(r.perSec).padStart(10)}   ${`${r.min}-${r.max}`.padEnd(11)}${cpu}`);
   }
-  console.log(`\nkeep (default): ceiling = min(producer, guarded SQL) = ${ceiling} events/s; relay / ceiling = ${ratio.toFixed(2)}`);
-  console.log(`delete: ceiling = ${Math.min(producer.perSec, sqlDelete.perSec)} events/s; relay / ceiling = ${ratioDelete.toFixed(2)}`);
+  console.log('');
+  // When Node, Postgres and the broker share this machine, the relay can go no faster than all
+  // its cores spent on the CPU it needs per event (all three parties), however well it overlaps.
+  const cores = availableParallelism();
+  const json: Record<string, Record<string, number | undefined>> = {};
+  for (const c of byClient) {
+    console.log(`${c.client}, keep (default): ceiling = min(producer, guarded SQL) = ${c.ceiling} events/s; relay / ceiling = ${c.ratio.toFixed(2)}`);
+    console.log(`${c.client}, delete: ceiling = ${c.ceilingDelete} events/s; relay / ceiling = ${c.ratioDelete.toFixed(2)}`);
+    const cpuPerEvent = c.relay.cpu ? (c.relay.cpu.node + c.relay.cpu.postgres + c.relay.cpu.broker) / c.relay.events : undefined;
+    const cpuBound = cpuPerEvent ? Math.round(cores / cpuPerEvent) : undefined;
+    if (cpuBound) {
+      console.log(
+        `${c.client}, CPU bound on this ${cores}-core machine: the relay (keep) needs ${(cpuPerEvent! * 1e6).toFixed(0)} µs of CPU per event (node+pg+broker) → at most ${cpuBound} events/s with every core busy (${(cpuBound / c.ceiling).toFixed(2)} of the ceiling)`,
+      );
+    }
+    json[c.client] = {
+      relayEventsPerSec: c.relay.perSec,
+      producerEventsPerSec: c.producer.perSec,
+      ratio: Number(c.ratio.toFixed(3)),
+      relayDeleteEventsPerSec: c.relayDelete.perSec,
+      ratioDelete: Number(c.ratioDelete.toFixed(3)),
+      relayNodeCpuMsPer1k: c.relay.cpu ? Number(((c.relay.cpu.node * 1e6) / c.relay.events).toFixed(0)) : undefined,
+      producerNodeCpuMsPer1k: c.producer.cpu ? Number(((c.producer.cpu.node * 1e6) / c.producer.events).toFixed(0)) : undefined,
+      cpuBoundEventsPerSec: cpuBound,
+    };
+  }
   console.log(`the order guard costs ${(guardCost * 100).toFixed(1)}% of the unguarded claim+mark rate`);
   // goal: with 100,000 rows waiting behind failed rows, claims stay within 15% of the clean rate
   const waitingRatios = [waitingParked, waitingBackoff].map((w) => w.perSec / sqlGuarded.perSec);
   console.log(`with ${WAITING_ROWS.toLocaleString('en-US')} rows waiting: claim+mark at ${waitingRatios.map((r) => r.toFixed(2)).join(' (parked) and ')} (backoff) of the clean rate (goal ≥ 0.85)`);
   for (const w of [waitingParked, waitingBackoff]) if (w.note) console.log(`  ${w.note}`);
-  // When Node, Postgres and the broker share this machine, the relay can go no faster than all
-  // its cores spent on the CPU it needs per event (all three parties), however well it overlaps.
-  const cores = availableParallelism();
-  const cpuPerEvent = relay.cpu ? (relay.cpu.node + relay.cpu.postgres + relay.cpu.broker) / relay.events : undefined;
-  const cpuBound = cpuPerEvent ? Math.round(cores / cpuPerEvent) : undefined;
-  if (cpuBound) {
-    console.log(
-      `CPU bound on this ${cores}-core machine: the relay (keep) needs ${(cpuPerEvent! * 1e6).toFixed(0)} µs of CPU per event (node+pg+broker) → at most ${cpuBound} events/s with every core busy (${(cpuBound / ceiling).toFixed(2)} of the ceiling)`,
-    );
-  }
-  if (side) console.log(side.text);
+  for (const side of sides) console.log(side.text);
   console.log('');
   console.log(
     JSON.stringify({
@@ -432,20 +462,15 @@ async function measureAll(
       batchSize: BATCH,
       payloadBytes: PAYLOAD,
       aggregates: AGGREGATES,
-      relayEventsPerSec: relay.perSec,
-      producerEventsPerSec: producer.perSec,
       sqlEventsPerSec: sqlGuarded.perSec,
       sqlUnguardedEventsPerSec: sqlPlain.perSec,
-      ratio: Number(ratio.toFixed(3)),
       guardCost: Number(guardCost.toFixed(3)),
-      relayDeleteEventsPerSec: relayDelete.perSec,
       sqlDeleteEventsPerSec: sqlDelete.perSec,
-      ratioDelete: Number(ratioDelete.toFixed(3)),
       waitingParkedRatio: Number(waitingRatios[0]!.toFixed(3)),
       waitingBackoffRatio: Number(waitingRatios[1]!.toFixed(3)),
       cores,
-      cpuBoundEventsPerSec: cpuBound,
-      ...side?.json,
+      clients: json,
+      ...(sides.length ? { peer: Object.fromEntries(sides.map((x, i) => [CLIENTS[i]!, x.json])) } : {}),
     }),
   );
 }

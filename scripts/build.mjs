@@ -18,6 +18,10 @@
 //   NODE_OPTIONS=--enable-source-maps in serverless.yml turns stack traces back into src/ lines.
 // - The SQL migrations (src/outbox/migrations/*.sql) are embedded as globalThis.__OUTBOX_MIGRATIONS__
 //   (see loadMigrations in src/outbox/migrate.ts): a bundle has no src/ directory to read them from.
+// - @platformatic/kafka's CRC32C and codecs come from @platformatic/wasm-utils, whose main entry
+//   reads native.wasm from a path relative to its own file, which a bundle does not have (the
+//   import fails at load: ENOENT .../dist/native.wasm). Its `bundled` entry embeds the same wasm:
+//   the alias below makes the bundle use that one.
 // - The zip is reproducible: fixed entry order, fixed timestamps and modes, so an unchanged
 //   bundle gives a byte-identical zip and CloudFormation sees no code change.
 import { build } from 'esbuild';
@@ -74,6 +78,7 @@ const common = {
   legalComments: 'none',
   logLevel: 'warning',
   metafile: true,
+  alias: { '@platformatic/wasm-utils': '@platformatic/wasm-utils/bundled' },
 };
 
 async function zipDirectory(files, target) {

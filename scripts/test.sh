@@ -2,11 +2,29 @@
 # Every test, services included: starts (or reuses) the local services, then runs unit and
 # integration tests with node's built-in runner. Integration files run one at a time because
 # some of them stop, pause or kill the shared broker and database connections on purpose.
+#
+# The integration suite runs once per Kafka client (OUTBOX_KAFKA_CLIENT, set in every fixture
+# from TEST_KAFKA_CLIENT): kafkajs, the default, runs every file; platformatic runs every file
+# whose relay publishes, and leaves out those that do not depend on the relay's client (the
+# services' own checks, the test proxy's, packaging, and partitions.test.ts, which runs both
+# clients itself).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 npm run --silent services:up
 
 export KAFKAJS_NO_PARTITIONER_WARNING=1
-node --disable-warning=TimeoutNegativeWarning --import tsx --test --test-reporter=spec 'test/unit/**/*.test.ts'
-node --disable-warning=TimeoutNegativeWarning --import tsx --test --test-reporter=spec --test-concurrency=1 --test-timeout=600000 'test/integration/**/*.test.ts'
+run_tests() {
+  node --disable-warning=TimeoutNegativeWarning --import tsx --test --test-reporter=spec "$@"
+}
+run_tests 'test/unit/**/*.test.ts'
+
+client_independent='/(services\.smoke|services\.status|kafka-proxy|package|partitions)\.test\.ts$'
+status=0
+echo "# integration tests, OUTBOX_KAFKA_CLIENT=kafkajs (every file)"
+TEST_KAFKA_CLIENT=kafkajs run_tests --test-concurrency=1 --test-timeout=600000 'test/integration/**/*.test.ts' || status=$?
+# the second client runs even when the first failed: a failure is then known to be one client's or both's
+mapfile -t relay_files < <(ls test/integration/*.test.ts | grep -Ev "$client_independent")
+echo "# integration tests, OUTBOX_KAFKA_CLIENT=platformatic (${#relay_files[@]} files whose relay publishes)"
+TEST_KAFKA_CLIENT=platformatic run_tests --test-concurrency=1 --test-timeout=600000 "${relay_files[@]}" || status=$?
+exit "$status"

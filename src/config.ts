@@ -6,6 +6,8 @@ import type { Level } from './log.ts';
 
 export type SaslMechanism = 'plain' | 'scram-sha-256' | 'scram-sha-512';
 export type ParkedPolicy = 'hold' | 'skip';
+export const KAFKA_CLIENTS = ['kafkajs', 'platformatic'] as const;
+export type KafkaClientName = (typeof KAFKA_CLIENTS)[number];
 
 export interface Config {
   database: {
@@ -20,6 +22,8 @@ export interface Config {
     ssl?: 'disable' | 'require' | 'verify-full';
   };
   kafka: {
+    /** the client library that publishes (src/kafka/kafkajs.ts, src/kafka/platformatic.ts) */
+    client: KafkaClientName;
     brokers: string[];
     secretId?: string;
     ssl: boolean;
@@ -158,6 +162,8 @@ function kafkaConfig(read: EnvReader): Config['kafka'] {
     if (!/^[A-Za-z0-9.\-_[\]:]+:\d{1,5}$/.test(b)) read.problems.push(`KAFKA_BROKERS entry ${JSON.stringify(b)} is not host:port`);
   }
   return {
+    // kafkajs stays the default: it is the client users named; platformatic is the maintained one
+    client: read.oneOf('OUTBOX_KAFKA_CLIENT', KAFKA_CLIENTS, 'kafkajs'),
     brokers,
     secretId: read.str('KAFKA_SECRET_ID'),
     ssl: read.bool('KAFKA_SSL', false),

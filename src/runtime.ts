@@ -5,7 +5,7 @@ import postgres, { type Sql } from 'postgres';
 import { Deadline } from './budget.ts';
 import type { Config } from './config.ts';
 import { BrokerUnavailableError, DatabaseError, DeadlineExceededError } from './errors.ts';
-import { KafkajsPublisher } from './kafka/kafkajs.ts';
+import { createPublisher } from './kafka/clients.ts';
 import type { Publisher } from './kafka/publisher.ts';
 import type { Logger } from './log.ts';
 import { backlog, type Backlog } from './outbox/admin.ts';
@@ -81,7 +81,8 @@ export class Runtime {
 
   publisher(): Publisher {
     const kafka = this.config.kafka;
-    this.publisherInstance ??= new KafkajsPublisher({
+    // OUTBOX_KAFKA_CLIENT: kafkajs or platformatic, the same Publisher around either
+    this.publisherInstance ??= createPublisher({
       kafka,
       maxMessageBytes: this.config.outbox.maxMessageBytes,
       logger: this.logger,

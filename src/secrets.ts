@@ -4,7 +4,7 @@
 import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import type { Deadline } from './budget.ts';
 import { DeadlineExceededError, SecretError } from './errors.ts';
-import type { KafkaCredentials } from './kafka/kafkajs.ts';
+import type { KafkaCredentials } from './kafka/producer-publisher.ts';
 
 export interface SecretSource {
   /** `deadline`: the invocation's; a Secrets Manager that does not answer before it fails the call (the request itself has timeouts of its own) */

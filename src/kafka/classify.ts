@@ -1,7 +1,11 @@
-// kafkajs reports failures in several shapes: a protocol error with a `type` (the broker's own
-// error code name), wrapped in KafkaJSNumberOfRetriesExceeded after its own retries, sometimes
-// inside a KafkaJSAggregateError when a send went to several brokers. We walk the whole chain and
-// decide the failure's scope, which decides what happens to the rows (see Publisher):
+// Both clients report the broker's own error code by its name, in different shapes, and we walk
+// the whole chain for it:
+//   kafkajs      a protocol error with a `type`, wrapped in KafkaJSNumberOfRetriesExceeded after
+//                its own retries, sometimes inside a KafkaJSAggregateError (several brokers)
+//   platformatic a ProtocolError with an `apiId`, inside a ResponseError's `errors` (one per
+//                refused partition), inside MultipleErrors (one per retry, one per broker); its
+//                own failures carry a `code` (PLT_KFK_NETWORK, PLT_KFK_AUTHENTICATION, ...)
+// and decide the failure's scope, which decides what happens to the rows (see Publisher):
 //   record   the bytes of one record can never be accepted: charge that row an attempt
 //   topic    every send to this topic fails, other topics are fine: back the topic off, charge no row
 //   producer the producer's idempotence state (id, epoch, sequences) no longer matches the
@@ -33,7 +37,7 @@ const PRODUCER_ERRORS = new Set([
   'INVALID_PRODUCER_ID_MAPPING',
   'PRODUCER_FENCED',
 ]);
-const AUTH_ERRORS = new Set(['KafkaJSSASLAuthenticationError', 'SASL_AUTHENTICATION_FAILED']);
+const AUTH_ERRORS = new Set(['KafkaJSSASLAuthenticationError', 'SASL_AUTHENTICATION_FAILED', 'PLT_KFK_AUTHENTICATION']);
 /** the broker or the network, not our records: down, unreachable, too slow, or moving leaders */
 const BROKER_ERRORS = new Set([
   'KafkaJSConnectionError',
@@ -44,6 +48,9 @@ const BROKER_ERRORS = new Set([
   'KafkaJSMetadataNotLoaded',
   'KafkaJSTimeout',
   'KafkaJSLockTimeout',
+  // platformatic's: connection refused, closed or timed out (its timeouts carry this code too)
+  'PLT_KFK_NETWORK',
+  'PLT_KFK_TIMEOUT',
   'NOT_LEADER_FOR_PARTITION',
   'NOT_LEADER_OR_FOLLOWER',
   'LEADER_NOT_AVAILABLE',
@@ -57,8 +64,16 @@ const BROKER_ERRORS = new Set([
   'CLUSTER_AUTHORIZATION_FAILED',
 ]);
 
+// platformatic answers a Metadata response's UNKNOWN_TOPIC_OR_PARTITION (a topic deleted, or never
+// created) with a UserError of its own, without the broker's error as cause (clients/base/base.js,
+// 2.12): its message is all that is left of the code. Pinned version; the unit test builds the
+// error as the library does, and the topic-deleted integration test fails if this stops matching.
+const PLATFORMATIC_UNKNOWN_TOPIC = /^Unknown topic .*\.$/;
+
 interface Chainable {
   type?: unknown;
+  apiId?: unknown;
+  code?: unknown;
   name?: unknown;
   message?: unknown;
   cause?: unknown;
@@ -72,7 +87,11 @@ export function errorTypes(err: unknown, seen = new Set<unknown>()): string[] {
   const e = err as Chainable;
   const out: string[] = [];
   if (typeof e.type === 'string') out.push(e.type);
+  if (typeof e.apiId === 'string') out.push(e.apiId);
   if (typeof e.name === 'string') out.push(e.name);
+  // kafkajs' `code` is the broker's number; a string one is platformatic's own (or Node's, ECONNRESET)
+  if (typeof e.code === 'string') out.push(e.code);
+  if (e.code === 'PLT_KFK_USER' && typeof e.message === 'string' && PLATFORMATIC_UNKNOWN_TOPIC.test(e.message)) out.push('UNKNOWN_TOPIC_OR_PARTITION');
   for (const next of [e.cause, e.originalError]) out.push(...errorTypes(next, seen));
   if (Array.isArray(e.errors)) for (const x of e.errors) out.push(...errorTypes(x, seen));
   return out;

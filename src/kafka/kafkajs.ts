@@ -1,73 +1,46 @@
-// kafkajs implementation of Publisher: idempotent producer, acks=all, one request in flight per
-// broker (kafkajs does not enforce maxInFlightRequests=1 for idempotent producers, and without it
-// a retried request can land behind a later one and reorder an aggregate).
-//
-// What a send carries is bounded (splitBySize), and what a failure does depends on its scope
-// (classify.ts): a record is charged, a topic is backed off, a producer is replaced and the send
-// retried once, a broker that is down stops the invocation. And a producer never outlives a
-// failed send (see sendOnce).
+// kafkajs as the Publisher's client (producer-publisher.ts does the rest): an idempotent
+// producer, acks=all, one request in flight per broker (kafkajs does not enforce
+// maxInFlightRequests=1 for idempotent producers, and without it a retried request can land
+// behind a later one and reorder an aggregate), the Java client's partitioner.
 import { CompressionTypes, Kafka, logLevel as KafkaLogLevel, Partitioners, type Admin, type KafkaConfig, type Producer, type SASLOptions } from 'kafkajs';
-import type { Deadline } from '../budget.ts';
-import type { Config } from '../config.ts';
-import { DeadlineExceededError, type MessageRejectedError } from '../errors.ts';
 import type { Logger } from '../log.ts';
-import { classifySendError, isSaslAuthError, type SendFailure } from './classify.ts';
-import { compressionSlack, splitBySize, type OutboundMessage } from './message.ts';
-import type { PublishOutcome, Publisher } from './publisher.ts';
-
-export interface KafkaCredentials {
-  username: string;
-  password: string;
-  mechanism: 'plain' | 'scram-sha-256' | 'scram-sha-512';
-}
-
-export interface KafkajsPublisherOptions {
-  kafka: Config['kafka'];
-  /** configured OUTBOX_MAX_MESSAGE_BYTES; undefined = read the topic's limit from the broker */
-  maxMessageBytes?: number;
-  logger: Logger;
-  /** resolves SASL credentials (from Secrets Manager); `refresh` bypasses the cache after an auth failure */
-  credentials?: (refresh: boolean) => Promise<KafkaCredentials>;
-}
-
-// broker default message.max.bytes (1 MiB + record batch overhead)
-const BROKER_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588;
-
-/** One producer (one producer id) and the admin client of the same Kafka instance. */
-interface ProducerSlot {
-  producer: Producer;
-  admin: Admin;
-  /** sends started on it and not yet settled */
-  inFlight: number;
-  /** a send on it failed: no new send may start on it; disconnected once its last send settles */
-  retired: boolean;
-  disposed: boolean;
-}
+import type { OutboundMessage } from './message.ts';
+import type { ClientProducer, KafkaClient, KafkaCredentials, PublisherOptions } from './producer-publisher.ts';
 
 // Client retries: few and short. kafkajs warns that "limiting retries for the idempotent producer
 // may invalidate EoS guarantees": true of a producer that is used again after its retries ran out,
-// because kafkajs has then rolled its sequence numbers back (see sendOnce). This one never is, so
-// bounded retries are safe, and they must be bounded: an invocation has a budget, and a broker that
-// stays down past a few retries is the next invocation's business, not this one's.
+// because kafkajs has then rolled its sequence numbers back (see ProducerPublisher.sendOnce in producer-publisher.ts). This
+// one never is, so bounded retries are safe, and they must be bounded: an invocation has a budget,
+// and a broker that stays down past a few retries is the next invocation's business, not this one's.
 const RETRY = { retries: 3, initialRetryTime: 100, maxRetryTime: 2_000 };
 const EOS_RETRIES_WARNING = /Limiting retries for the idempotent producer/;
 
-type PartResult = 'continue' | 'stop';
+export class KafkajsClient implements KafkaClient {
+  constructor(
+    private readonly kafka: PublisherOptions['kafka'],
+    private readonly logger: Logger,
+  ) {}
 
-export class KafkajsPublisher implements Publisher {
-  private slot: ProducerSlot | undefined;
-  private connecting: Promise<ProducerSlot> | undefined;
-  /** the broker refused our credentials on a send: the next connect reads the secret again first */
-  private refreshCredentials = false;
-  private readonly limits = new Map<string, number>();
-  connects = 0;
-  /** close() was called: a connect that finishes later is disposed of, never used */
-  private closed = false;
+  async connect(credentials: KafkaCredentials | undefined): Promise<ClientProducer> {
+    const kafka = new Kafka(this.config(credentials));
+    const producer = kafka.producer({
+      idempotent: true,
+      maxInFlightRequests: 1,
+      allowAutoTopicCreation: false,
+      createPartitioner: Partitioners.DefaultPartitioner,
+      retry: RETRY,
+    });
+    try {
+      await producer.connect();
+    } catch (err) {
+      await producer.disconnect().catch(() => undefined);
+      throw err;
+    }
+    return new KafkajsProducer(producer, kafka.admin(), this.kafka.compression === 'gzip' ? CompressionTypes.GZIP : CompressionTypes.None);
+  }
 
-  constructor(private readonly opts: KafkajsPublisherOptions) {}
-
-  private async client(refreshCredentials: boolean): Promise<Kafka> {
-    const k = this.opts.kafka;
+  private config(credentials: KafkaCredentials | undefined): KafkaConfig {
+    const k = this.kafka;
     const config: KafkaConfig = {
       clientId: k.clientId,
       brokers: k.brokers,
@@ -80,240 +53,45 @@ export class KafkajsPublisher implements Publisher {
         const { message, ...rest } = log;
         const fields = { kafkajs: namespace, ...rest };
         // the retries warning is answered above (RETRY): not worth a line per producer
-        if (level <= KafkaLogLevel.WARN && !EOS_RETRIES_WARNING.test(message)) this.opts.logger.warn(`kafkajs: ${message}`, fields);
-        else this.opts.logger.debug(`kafkajs: ${message}`, fields);
+        if (level <= KafkaLogLevel.WARN && !EOS_RETRIES_WARNING.test(message)) this.logger.warn(`kafkajs: ${message}`, fields);
+        else this.logger.debug(`kafkajs: ${message}`, fields);
       },
     };
-    if (this.opts.credentials) {
-      const c = await this.opts.credentials(refreshCredentials);
-      config.sasl = { mechanism: c.mechanism, username: c.username, password: c.password } as SASLOptions;
-    }
-    return new Kafka(config);
+    if (credentials) config.sasl = { mechanism: credentials.mechanism, username: credentials.username, password: credentials.password } as SASLOptions;
+    return config;
+  }
+}
+
+/** One kafkajs producer (one producer id) and the admin client of the same Kafka instance. */
+class KafkajsProducer implements ClientProducer {
+  private adminConnected = false;
+
+  constructor(
+    private readonly producer: Producer,
+    private readonly admin: Admin,
+    private readonly compression: CompressionTypes,
+  ) {}
+
+  async send(topic: string, messages: OutboundMessage[], brokerTimeoutMs: number): Promise<void> {
+    await this.producer.send({
+      topic,
+      acks: -1,
+      timeout: brokerTimeoutMs,
+      compression: this.compression,
+      messages: messages.map((m) => ({ key: m.key, value: m.value, headers: m.headers })),
+    });
   }
 
-  /** The producer every new send uses; connects one when there is none (first use, or the last was retired). */
-  private async current(deadline: Deadline): Promise<ProducerSlot> {
-    if (this.slot) return this.slot;
-    this.connecting ??= this.connect().finally(() => (this.connecting = undefined));
-    return deadline.race('connecting to Kafka', this.connecting);
-  }
-
-  private async connect(): Promise<ProducerSlot> {
-    let refresh = this.refreshCredentials;
-    for (;;) {
-      const kafka = await this.client(refresh);
-      const producer = kafka.producer({
-        idempotent: true,
-        maxInFlightRequests: 1,
-        allowAutoTopicCreation: false,
-        createPartitioner: Partitioners.DefaultPartitioner,
-        retry: RETRY,
-      });
-      try {
-        await producer.connect();
-      } catch (err) {
-        await producer.disconnect().catch(() => undefined);
-        // rotated credentials: fetch the secret again once, then give up
-        if (!refresh && this.opts.credentials && isSaslAuthError(err)) {
-          this.opts.logger.warn('Kafka authentication failed; refreshing the Kafka secret once');
-          refresh = true;
-          continue;
-        }
-        throw err;
-      }
-      this.refreshCredentials = false;
-      this.connects++;
-      const slot: ProducerSlot = { producer, admin: kafka.admin(), inFlight: 0, retired: false, disposed: false };
-      // closed meanwhile: close() disposes of this one; it must not become the current producer
-      if (!this.closed) this.slot = slot;
-      return slot;
+  async topicConfig(topic: string, name: string): Promise<string | undefined> {
+    if (!this.adminConnected) {
+      await this.admin.connect();
+      this.adminConnected = true;
     }
-  }
-
-  /**
-   * One send of one topic's messages on the current producer, bounded by the deadline.
-   *
-   * A producer never outlives a failed send. When a Produce request fails, kafkajs rolls back the
-   * sequence numbers of every partition in it, including partitions the broker did append (a
-   * request whose answer was lost or came too late, or one partition refused while the others were
-   * written). The broker recognises an idempotent producer's duplicate by (producer id, epoch,
-   * first and last sequence) of a recent batch, not by its content. So the same producer, used
-   * again, is either refused forever (OUT_OF_ORDER_SEQUENCE_NUMBER: the relay stuck on one batch)
-   * or, worse, sends *different* rows under a sequence range the broker already holds and is told
-   * "duplicate, acknowledged" without anything being written: rows marked sent that are not on
-   * Kafka. A new producer has a new producer id and starts its sequences at zero, so neither can
-   * happen; the price is at most one more copy of rows the broker had in fact appended (G2).
-   */
-  private async sendOnce(topic: string, group: OutboundMessage[], deadline: Deadline): Promise<void> {
-    const slot = await this.current(deadline);
-    slot.inFlight++;
-    try {
-      await deadline.race(
-        `publishing to ${topic}`,
-        slot.producer.send({
-          topic,
-          acks: -1,
-          // the broker-side wait for replicas; the deadline race covers the rest
-          timeout: Math.max(1_000, Math.min(30_000, deadline.remaining())),
-          compression: this.opts.kafka.compression === 'gzip' ? CompressionTypes.GZIP : CompressionTypes.None,
-          messages: group.map((m) => ({ key: m.key, value: m.value, headers: m.headers })),
-        }),
-      );
-    } catch (err) {
-      this.retire(slot, topic, err);
-      throw err;
-    } finally {
-      slot.inFlight--;
-      if (slot.retired && slot.inFlight === 0) this.dispose(slot);
-    }
-  }
-
-  /** No new send starts on `slot`; sends still running on it (other topics) finish first. */
-  private retire(slot: ProducerSlot, topic: string, err: unknown): void {
-    if (slot.retired) return;
-    slot.retired = true;
-    if (this.slot === slot) this.slot = undefined;
-    // a topic's limit may have changed with it (recreated): read it again
-    this.limits.clear();
-    this.opts.logger.info('a send failed: this Kafka producer is discarded, the next send uses a new producer id', { topic, error: err });
-  }
-
-  private dispose(slot: ProducerSlot): void {
-    if (slot.disposed) return;
-    slot.disposed = true;
-    // do not wait for a hung broker to say goodbye
-    void slot.producer.disconnect().catch(() => undefined);
-    void slot.admin.disconnect().catch(() => undefined);
-  }
-
-  /**
-   * sendOnce, and once more with a new producer when the failure was the producer's state or our
-   * credentials (read from the secret again first). Returns the failure that stands, if any.
-   */
-  private async trySend(topic: string, group: OutboundMessage[], deadline: Deadline): Promise<SendFailure | undefined> {
-    let failure: SendFailure;
-    try {
-      await this.sendOnce(topic, group, deadline);
-      return undefined;
-    } catch (err) {
-      failure = classifySendError(err, topic);
-    }
-    if (failure.scope !== 'producer' && failure.scope !== 'auth') return failure;
-    if (failure.scope === 'auth' && this.opts.credentials) this.refreshCredentials = true;
-    this.opts.logger.warn(`send refused (${failure.code}); retrying once with a new producer`, { topic, messages: group.length });
-    try {
-      await this.sendOnce(topic, group, deadline);
-      return undefined;
-    } catch (err) {
-      return classifySendError(err, topic);
-    }
-  }
-
-  async publish(messages: OutboundMessage[], deadline: Deadline): Promise<PublishOutcome> {
-    const outcome: PublishOutcome = { acked: [], rejected: [], backedOff: [] };
-    if (messages.length === 0) return outcome;
-    // One send per topic, concurrently. Within a topic, messages keep their order (same key →
-    // same partition; one request in flight). Separate sends mean a failing topic cannot take
-    // the acks of the others down with it.
-    const byTopic = new Map<string, OutboundMessage[]>();
-    for (const m of messages) {
-      const list = byTopic.get(m.topic);
-      if (list) list.push(m);
-      else byTopic.set(m.topic, [m]);
-    }
-    await Promise.all([...byTopic].map(([topic, group]) => this.publishTopic(topic, group, deadline, outcome)));
-    return outcome;
-  }
-
-  /** A topic's messages in sends that fit, one after the other (order); stops at a topic- or broker-wide failure. */
-  private async publishTopic(topic: string, group: OutboundMessage[], deadline: Deadline, outcome: PublishOutcome): Promise<void> {
-    let limit: number;
-    try {
-      limit = Math.min(await this.maxMessageBytes(topic, deadline), this.opts.kafka.maxRequestBytes);
-    } catch (err) {
-      outcome.unavailable ??= classifySendError(err, topic).error;
-      return;
-    }
-    if (this.opts.kafka.compression !== 'none') limit -= compressionSlack(limit);
-    // a rejected row's later rows (same key) stay pending: publishing them would reorder (G4)
-    const blockedKeys = new Set<string>();
-    for (const part of splitBySize(group, limit)) {
-      const sendable = part.filter((m) => !blockedKeys.has(m.key));
-      if (sendable.length === 0) continue;
-      if ((await this.publishPart(topic, sendable, deadline, outcome, blockedKeys)) === 'stop') return;
-    }
-  }
-
-  private async publishPart(topic: string, part: OutboundMessage[], deadline: Deadline, outcome: PublishOutcome, blockedKeys: Set<string>): Promise<PartResult> {
-    const failure = await this.trySend(topic, part, deadline);
-    if (!failure) {
-      for (const m of part) outcome.acked.push(m.seq);
-      return 'continue';
-    }
-    if (failure.scope !== 'record') return stopFor(topic, failure, outcome);
-    if (part.length === 1) {
-      reject(part[0]!, failure.error, outcome, blockedKeys);
-      return 'continue';
-    }
-    // A record-level refusal of a multi-record send does not say which record: send them one at a
-    // time, in order, so only the guilty row is charged. Partitions the broker did append get one
-    // more copy of their rows (at-least-once, same ids), on a new producer (see sendOnce).
-    for (const m of part) {
-      if (blockedKeys.has(m.key)) continue;
-      const single = await this.trySend(topic, [m], deadline);
-      if (!single) outcome.acked.push(m.seq);
-      else if (single.scope === 'record') reject(m, single.error, outcome, blockedKeys);
-      else return stopFor(topic, single, outcome);
-    }
-    return 'continue';
-  }
-
-  async maxMessageBytes(topic: string, deadline: Deadline): Promise<number> {
-    if (this.opts.maxMessageBytes !== undefined) return this.opts.maxMessageBytes;
-    const cached = this.limits.get(topic);
-    if (cached !== undefined) return cached;
-    const { admin } = await this.current(deadline);
-    let limit = BROKER_DEFAULT_MAX_MESSAGE_BYTES;
-    try {
-      await deadline.race('connecting the Kafka admin client', admin.connect());
-      const res = await deadline.race(
-        `reading ${topic}'s config`,
-        admin.describeConfigs({ includeSynonyms: false, resources: [{ type: 2 /* TOPIC */, name: topic, configNames: ['max.message.bytes'] }] }),
-      );
-      const value = res.resources[0]?.configEntries.find((e) => e.configName === 'max.message.bytes')?.configValue;
-      if (value && /^\d+$/.test(value)) limit = Number(value);
-    } catch (err) {
-      if (err instanceof DeadlineExceededError) throw err;
-      // unknown topic or no DescribeConfigs permission: the send itself will tell; use the default
-      this.opts.logger.debug('could not read max.message.bytes; using the broker default', { topic, error: err });
-    }
-    this.limits.set(topic, limit);
-    return limit;
+    const res = await this.admin.describeConfigs({ includeSynonyms: false, resources: [{ type: 2 /* TOPIC */, name: topic, configNames: [name] }] });
+    return res.resources[0]?.configEntries.find((e) => e.configName === name)?.configValue;
   }
 
   async close(): Promise<void> {
-    this.closed = true;
-    // A connect abandoned at a deadline (a frozen broker) may still succeed later: its producer is
-    // disconnected then, or it would hold a connection, and the process, open forever.
-    void this.connecting?.then((late) => this.dispose(late), noop);
-    const slot = this.slot;
-    this.slot = undefined;
-    if (!slot) return;
-    slot.disposed = true;
-    await Promise.allSettled([slot.producer.disconnect(), slot.admin.disconnect()]);
+    await Promise.allSettled([this.producer.disconnect(), this.admin.disconnect()]);
   }
 }
-
-function reject(m: OutboundMessage, error: MessageRejectedError, outcome: PublishOutcome, blockedKeys: Set<string>): void {
-  outcome.rejected.push({ seq: m.seq, error });
-  blockedKeys.add(m.key);
-}
-
-/** A failure wider than one record: the topic's remaining rows stay pending, uncharged. */
-function stopFor(topic: string, failure: Exclude<SendFailure, { scope: 'record' }>, outcome: PublishOutcome): PartResult {
-  if (failure.scope === 'topic') outcome.backedOff.push({ topic, error: failure.error });
-  else outcome.unavailable ??= failure.error;
-  return 'stop';
-}
-
-function noop(): void {}

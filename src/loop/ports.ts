@@ -1,5 +1,5 @@
 // What the invocation loop needs from the database and from Kafka. OutboxStore/BatchTx
-// (src/outbox/store.ts) and KafkajsPublisher implement them against the real services; the
+// (src/outbox/store.ts) and ProducerPublisher (src/kafka/producer-publisher.ts) implement them against the real services; the
 // model-based tests implement them in memory.
 import type { Deadline } from '../budget.ts';
 import type { OutboxRow } from '../kafka/message.ts';

@@ -19,6 +19,12 @@ export const DATABASE_URL = process.env.TEST_DATABASE_URL ?? 'postgres://outbox:
 export const ADMIN_DATABASE_URL = process.env.TEST_ADMIN_DATABASE_URL ?? 'postgres://postgres:postgres@127.0.0.1:5432/outbox';
 export const KAFKA_BROKERS = process.env.TEST_KAFKA_BROKERS ?? '127.0.0.1:9092';
 export const AWS_ENDPOINT_URL = process.env.TEST_AWS_ENDPOINT_URL ?? 'http://127.0.0.1:4566';
+/**
+ * The Kafka client the relay under test publishes with (OUTBOX_KAFKA_CLIENT in every fixture's
+ * env): scripts/test.sh runs the integration suite once per client. The tests' own consumers and
+ * admin clients stay kafkajs, so both relays are checked by the same reader.
+ */
+export const KAFKA_CLIENT = process.env.TEST_KAFKA_CLIENT ?? 'kafkajs';
 
 export const kafka = new Kafka({ clientId: 'outbox-relay-tests', brokers: KAFKA_BROKERS.split(','), logLevel: logLevel.NOTHING, retry: { retries: 3 } });
 
@@ -54,6 +60,7 @@ export async function fixture(sql: Sql, name: string, aggregatetypes: string[] =
     env: {
       DATABASE_URL,
       KAFKA_BROKERS,
+      OUTBOX_KAFKA_CLIENT: KAFKA_CLIENT,
       OUTBOX_TABLE: table,
       OUTBOX_TOPIC_TEMPLATE: `${prefix}.{aggregatetype}`,
       OUTBOX_SAFETY_MARGIN_MS: '1000',

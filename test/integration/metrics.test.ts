@@ -34,6 +34,8 @@ const EXPECTED_UNITS: Record<string, string> = {
   WaitedClaimMs: 'Milliseconds',
   WaitedPublishMs: 'Milliseconds',
   WaitedCommitMs: 'Milliseconds',
+  WaitedIdleMs: 'Milliseconds',
+  Wakeups: 'Count',
   OldestPendingAgeMs: 'Milliseconds',
   PendingRows: 'Count',
   PendingRowsCapped: 'Count',

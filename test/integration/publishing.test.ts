@@ -170,7 +170,7 @@ describe('a lost answer: the broker appended a batch, the relay never heard', ()
   // numbers rolled back would send them under the sequence range the broker already holds, be told
   // "duplicate" and mark rows that were never written.
   for (const mode of ['drop', 'hold'] as const) {
-    const how = mode === 'drop' ? 'the answer dropped and the connection closed, kafkajs retries exhausted' : 'the answer held past the invocation\'s budget';
+    const how = mode === 'drop' ? 'the answer dropped and the connection closed, the client retries exhausted' : 'the answer held past the invocation\'s budget';
     it(`${how}: the next warm invocation marks only rows that are on Kafka; duplicates at most one batch`, async () => {
       const f = await fixture(sql, `lost${mode}`, ['order'], 1);
       const proxy = await startKafkaProxy({ listenPort: KAFKA_PROXY_PORT, targetPort: KAFKA_PROXIED_PORT });

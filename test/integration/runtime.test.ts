@@ -6,7 +6,7 @@ import { loadConfig } from '../../src/config.ts';
 import { enqueue } from '../../src/enqueue.ts';
 import { createLogger } from '../../src/log.ts';
 import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
-import { migrate } from '../../src/outbox/migrate.ts';
+import { loadMigrations, migrate } from '../../src/outbox/migrate.ts';
 import { foreignGapsSql } from '../../src/outbox/sql.ts';
 import { Runtime } from '../../src/runtime.ts';
 import { consumeAll, counts, createTopics, db, fixture, insertEvents, startCli, uniqueName } from './helpers.ts';
@@ -60,7 +60,9 @@ describe('migrate', () => {
   it('creates a schema-qualified table', async () => {
     const schema = uniqueName('app');
     const r = await migrate(sql, parseTableName(`${schema}.events`));
-    assert.deepEqual(r.applied, [1, 2]);
+    // every migration, in order, on the new table (a list written out here went stale with 003)
+    assert.deepEqual(r.applied, loadMigrations().map((m) => m.version));
+    assert.ok(r.applied.length >= 3);
     const [row] = await sql<{ t: string | null }[]>`SELECT to_regclass(${`${schema}.events`})::text AS t`;
     assert.equal(row?.t, `${schema}.events`);
     await sql.unsafe(`DROP SCHEMA ${schema} CASCADE`);

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import * as platformatic from '@platformatic/kafka';
 import kafkajs from 'kafkajs';
 import { classifySendError, errorTypes, isSaslAuthError } from '../../src/kafka/classify.ts';
 import { BrokerUnavailableError, DeadlineExceededError, UnexpectedKafkaError } from '../../src/errors.ts';
@@ -179,5 +180,79 @@ describe('isSaslAuthError', () => {
       assert.ok(r.error instanceof UnexpectedKafkaError, String(err));
       assert.match(r.error.message, /does not recognise/);
     }
+  });
+});
+
+// @platformatic/kafka's errors, built with its own classes the way it builds them: a Produce
+// answer with per-partition codes is a ResponseError holding one ProtocolError per partition
+// (`apiId` is the broker's code name), retries and several brokers wrap that in MultipleErrors,
+// and its own failures carry a string `code`.
+describe('classifySendError: @platformatic/kafka errors map to the same scopes', () => {
+  const PRODUCE = 0;
+  /** A Produce answer refusing partition 1 with `code` (the broker's number), as the library builds it. */
+  const produceAnswer = (code: number) => new platformatic.ResponseError(PRODUCE, 9, { '/responses/0/partitionResponses/1': [code, null] }, {});
+  /** What Producer.send rejects with: the answer, inside "Producing messages failed." (one per broker) */
+  const sendFailed = (...errors: Error[]) => new platformatic.MultipleErrors('Producing messages failed.', errors);
+
+  it('the broker codes of a Produce answer: record, topic, producer, broker, each by its name', () => {
+    const cases: Array<[number, string, string]> = [
+      [10, 'MESSAGE_TOO_LARGE', 'record'],
+      [18, 'RECORD_LIST_TOO_LARGE', 'record'],
+      [87, 'INVALID_RECORD', 'record'],
+      [2, 'CORRUPT_MESSAGE', 'record'],
+      [3, 'UNKNOWN_TOPIC_OR_PARTITION', 'topic'],
+      [29, 'TOPIC_AUTHORIZATION_FAILED', 'topic'],
+      [100, 'UNKNOWN_TOPIC_ID', 'topic'],
+      [45, 'OUT_OF_ORDER_SEQUENCE_NUMBER', 'producer'],
+      [59, 'UNKNOWN_PRODUCER_ID', 'producer'],
+      [47, 'INVALID_PRODUCER_EPOCH', 'producer'],
+      [46, 'DUPLICATE_SEQUENCE_NUMBER', 'producer'],
+      [6, 'NOT_LEADER_OR_FOLLOWER', 'broker'],
+      [19, 'NOT_ENOUGH_REPLICAS', 'broker'],
+      [7, 'REQUEST_TIMED_OUT', 'broker'],
+    ];
+    for (const [code, name, scope] of cases) {
+      const err = sendFailed(produceAnswer(code));
+      const r = classifySendError(err, 'orders');
+      assert.equal(r.scope, scope, name);
+      if (r.scope !== 'broker') assert.equal(r.code, name);
+      else assert.ok(r.error instanceof BrokerUnavailableError, `${name}: ${r.error.message}`);
+      assert.equal(r.error.cause, err);
+    }
+  });
+
+  it('a code behind retries (MultipleErrors of every attempt) is found; a record error wins over an earlier network one', () => {
+    const retried = new platformatic.MultipleErrors('produce failed 2 times.', [new platformatic.NetworkError('Connection closed'), produceAnswer(10)]);
+    assert.equal(classifySendError(sendFailed(retried), 't').scope, 'record');
+  });
+
+  it('refused credentials, on connect or on a send: auth, whatever wraps them', () => {
+    const sasl = new platformatic.AuthenticationError('SASL authentication failed.', { cause: new platformatic.ProtocolError('SASL_AUTHENTICATION_FAILED', 'Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-256') });
+    for (const err of [sasl, sendFailed(new platformatic.MultipleErrors('metadata failed 1 times.', [sasl]))]) {
+      const r = classifySendError(err, 't');
+      assert.equal(r.scope, 'auth');
+      assert.match(r.error.message, /KAFKA_SECRET_ID/);
+      assert.equal(isSaslAuthError(err), true);
+    }
+  });
+
+  it('connection refused, closed or timed out: the broker is unavailable', () => {
+    const refused = new platformatic.NetworkError('Connection to 127.0.0.1:1 failed.', { cause: Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:1'), { code: 'ECONNREFUSED' }) });
+    for (const err of [refused, new platformatic.TimeoutError('Request timed out'), sendFailed(new platformatic.NetworkError('Connection closed'))]) {
+      const r = classifySendError(err, 't');
+      assert.equal(r.scope, 'broker');
+      assert.ok(r.error instanceof BrokerUnavailableError, r.error.message);
+      assert.equal(isSaslAuthError(err), false);
+    }
+  });
+
+  it('a topic the metadata does not know (deleted): the library says it in a UserError of its own, read as UNKNOWN_TOPIC_OR_PARTITION', () => {
+    const err = sendFailed(new platformatic.UserError('Unknown topic test.orders.'));
+    const r = classifySendError(err, 'test.orders');
+    assert.ok(r.scope === 'topic');
+    assert.equal(r.code, 'UNKNOWN_TOPIC_OR_PARTITION');
+    assert.match(r.error.message, /does not exist \(or was deleted\)/);
+    // any other UserError is not a topic's fault: it is not recognised
+    assert.ok(classifySendError(new platformatic.UserError('Cannot close producer while producing messages.'), 't').error instanceof UnexpectedKafkaError);
   });
 });

@@ -26,6 +26,7 @@ describe('loadConfig', () => {
     assert.equal(c.outbox.parkedPolicy, 'hold');
     assert.equal(c.database.prepare, true);
     assert.equal(c.kafka.ssl, false);
+    assert.equal(c.kafka.client, 'kafkajs', "the user's named client stays the default");
     assert.equal(c.outbox.maxMessageBytes, undefined);
   });
 
@@ -113,6 +114,7 @@ describe('loadConfig: every variable, its default and its bounds', () => {
       KAFKA_SECRET_ID: 'outbox/kafka',
       KAFKA_SSL_REJECT_UNAUTHORIZED: 'false',
       OUTBOX_COMPRESSION: 'gzip',
+      OUTBOX_KAFKA_CLIENT: 'Platformatic',
       OUTBOX_MAX_REQUEST_BYTES: '2048',
       OUTBOX_SAFETY_MARGIN_MS: '1500',
       OUTBOX_MAX_ATTEMPTS: '3',
@@ -129,6 +131,7 @@ describe('loadConfig: every variable, its default and its bounds', () => {
     assert.equal(c.kafka.secretId, 'outbox/kafka');
     assert.equal(c.kafka.sslRejectUnauthorized, false);
     assert.equal(c.kafka.compression, 'gzip');
+    assert.equal(c.kafka.client, 'platformatic');
     assert.equal(c.kafka.maxRequestBytes, 2_048);
     assert.equal(c.outbox.safetyMarginMs, 1_500);
     assert.equal(c.outbox.maxAttempts, 3);
@@ -171,6 +174,7 @@ describe('loadConfig: every variable, its default and its bounds', () => {
   it('one-of settings name the allowed values and the default', () => {
     assert.deepEqual(problems({ ...base, DATABASE_SSL: 'prefer' }), ['DATABASE_SSL="prefer" is not one of disable, require, verify-full (default require)']);
     assert.deepEqual(problems({ ...base, OUTBOX_COMPRESSION: 'zstd' }), ['OUTBOX_COMPRESSION="zstd" is not one of none, gzip (default none)']);
+    assert.deepEqual(problems({ ...base, OUTBOX_KAFKA_CLIENT: 'librdkafka' }), ['OUTBOX_KAFKA_CLIENT="librdkafka" is not one of kafkajs, platformatic (default kafkajs)']);
   });
 
   it('the backoff cap may equal its base', () => {

@@ -1,7 +1,7 @@
 // In-memory fakes of the invocation loop's ports (src/loop/ports.ts, src/kafka/publisher.ts) for
 // the model-based tests (test/unit/loop.model.test.ts). One World holds the outbox table, the
 // locks, the broker's acks and the fault plan; FakeStore/FakeTx copy the semantics of OutboxStore/
-// BatchTx and claimSql, FakePublisher those of KafkajsPublisher.
+// BatchTx and claimSql, FakePublisher those of ProducerPublisher.
 //
 // What the fakes model:
 // - the claim of claimSql: pending, due rows in seq order; aggregates behind a backing-off or
@@ -17,9 +17,9 @@
 //   markAndCommit (applied atomically when called, or not at all), rollback.
 // - rows locked by a transaction that is not a relay's (an application's SELECT ... FOR UPDATE).
 // - the broker: acks in the order given; a record refused (its key's later messages in the send
-//   are neither acked nor refused, as KafkajsPublisher's blockedKeys), a topic refused as a whole,
+//   are neither acked nor refused, as ProducerPublisher's blockedKeys), a topic refused as a whole,
 //   the broker unavailable after a prefix, a send that hangs until its deadline (the real
-//   Deadline.race ends it, as in KafkajsPublisher.sendOnce), max.message.bytes not readable.
+//   Deadline.race ends it, as in ProducerPublisher.sendOnce), max.message.bytes not readable.
 // - a crash: from a chosen operation on, the process is dead: that operation and every later one
 //   neither happens nor settles (promises that never settle, no timers).
 // - a hung database statement: raced against the transaction's deadline like OutboxStore.bounded.
@@ -31,7 +31,7 @@
 //
 // What they do not model: concurrent invocations (other relays), statements racing on separate
 // connections (a COMMIT is applied the moment it is sent, so a claim can never run before a
-// COMMIT that was sent earlier), duplicates inside one publish (KafkajsPublisher's one-by-one
+// COMMIT that was sent earlier), duplicates inside one publish (ProducerPublisher's one-by-one
 // re-send after a record-level refusal), real sizes, partitions, OUTBOX_SENT_ROWS=delete,
 // the `skip` parked policy, skipped_at, rollback's own 2 s grace, retention's deletes
 // (pruneChunk deletes nothing: every row is younger than the retention window), the waiting

@@ -1,0 +1,115 @@
+// @platformatic/kafka as the Publisher's client (producer-publisher.ts does the rest). Same
+// contract as kafkajs.ts: an idempotent producer (the library then forces acks=all and one
+// request in flight per connection), keys and headers as strings, the Java client's partitioner,
+// gzip when asked, bounded retries.
+//
+// What this library does with its own state after a failed send, and why the Publisher still
+// retires the producer: on any failure of an idempotent send it forgets its producer id and
+// sequences, and the next send on the same object asks for a new producer id; inside one send it
+// recovers from UNKNOWN_PRODUCER_ID and OUT_OF_ORDER_SEQUENCE_NUMBER by itself (a new producer
+// id, the same records once more). Both are safe, but they are the library's behaviour of today,
+// not a contract: the Publisher's rule (a new producer after any failed send) does not rely on them.
+import {
+  Admin,
+  compatibilityPartitioner,
+  ConfigResourceTypes,
+  Producer,
+  stringSerializers,
+  type ConnectionOptions,
+  type ProducerOptions,
+  type SASLOptions,
+} from '@platformatic/kafka';
+import type { OutboundMessage } from './message.ts';
+import type { ClientProducer, KafkaClient, KafkaCredentials, PublisherOptions } from './producer-publisher.ts';
+
+// Client retries: few and short, as kafkajs.ts's, for the same reasons (the budget; a producer
+// whose retries ran out is not used again). The library's own default for an idempotent producer
+// is to retry forever.
+const RETRIES = 3;
+const retryDelay = (_client: unknown, _operation: string, attempt: number): number => Math.min(2_000, 100 * 2 ** (attempt - 1));
+
+const BROKER_TIMEOUT_MS = 10_000;
+
+const MECHANISMS: Record<KafkaCredentials['mechanism'], SASLOptions['mechanism']> = {
+  plain: 'PLAIN',
+  'scram-sha-256': 'SCRAM-SHA-256',
+  'scram-sha-512': 'SCRAM-SHA-512',
+};
+
+type StringProducer = Producer<string, string, string, string>;
+
+export class PlatformaticClient implements KafkaClient {
+  constructor(private readonly kafka: PublisherOptions['kafka']) {}
+
+  async connect(credentials: KafkaCredentials | undefined): Promise<ClientProducer> {
+    const connection = this.connection(credentials);
+    const producer: StringProducer = new Producer({
+      ...connection,
+      idempotent: true,
+      maxInflights: 1,
+      acks: -1,
+      autocreateTopics: false,
+      // its default partitioner hashes keys differently: about half of the keys would land on
+      // another partition than with kafkajs or the Java client (test/integration/partitions.test.ts)
+      partitioner: compatibilityPartitioner,
+      compression: this.kafka.compression === 'gzip' ? 'gzip' : 'none',
+      serializers: stringSerializers,
+    } satisfies ProducerOptions<string, string, string, string>);
+    try {
+      // The library connects lazily, on the first send. Asking for the producer id now is the
+      // connect: it reaches a broker, logs in (a refused password surfaces here, as with kafkajs'
+      // connect) and gives this producer its own producer id.
+      await producer.initIdempotentProducer({});
+    } catch (err) {
+      await producer.close(true).catch(() => undefined);
+      throw err;
+    }
+    return new PlatformaticProducer(producer, () => new Admin(connection));
+  }
+
+  /** What the producer and its admin client share: brokers, timeouts, retries, TLS, SASL. */
+  private connection(credentials: KafkaCredentials | undefined): ConnectionOptions & { clientId: string; bootstrapBrokers: string[]; retries: number; retryDelay: typeof retryDelay; timeout: number } {
+    const k = this.kafka;
+    return {
+      clientId: k.clientId,
+      bootstrapBrokers: k.brokers,
+      connectTimeout: 3_000,
+      requestTimeout: 10_000,
+      retries: RETRIES,
+      retryDelay,
+      // the broker-side wait for replicas (and for InitProducerId)
+      timeout: BROKER_TIMEOUT_MS,
+      // SNI with the broker's host name, as kafkajs does (MSK needs it)
+      ...(k.ssl ? { tls: { rejectUnauthorized: k.sslRejectUnauthorized }, tlsServerName: true } : {}),
+      ...(credentials ? { sasl: { mechanism: MECHANISMS[credentials.mechanism], username: credentials.username, password: credentials.password } } : {}),
+    };
+  }
+}
+
+class PlatformaticProducer implements ClientProducer {
+  private admin: Admin | undefined;
+
+  constructor(
+    private readonly producer: StringProducer,
+    private readonly newAdmin: () => Admin,
+  ) {}
+
+  // The broker-side wait is the producer's `timeout` (BROKER_TIMEOUT_MS), not per send as with
+  // kafkajs: the deadline race around this call bounds the send as a whole.
+  async send(topic: string, messages: OutboundMessage[]): Promise<void> {
+    await this.producer.send({
+      messages: messages.map((m) => ({ topic, key: m.key, value: m.value ?? undefined, headers: m.headers })),
+    });
+  }
+
+  async topicConfig(topic: string, name: string): Promise<string | undefined> {
+    this.admin ??= this.newAdmin();
+    const res = await this.admin.describeConfigs({ includeSynonyms: false, resources: [{ resourceType: ConfigResourceTypes.TOPIC, resourceName: topic, configurationKeys: [name] }] });
+    return res[0]?.configs.find((c) => c.name === name)?.value ?? undefined;
+  }
+
+  async close(): Promise<void> {
+    // force: a send still running on it (abandoned at a deadline) must not keep it open
+    await Promise.allSettled([this.producer.close(true), this.admin?.close()]);
+  }
+}
