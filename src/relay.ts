@@ -124,8 +124,8 @@ class Invocation {
   private ahead: NextClaim | undefined;
   /** linger mode only: waits for new rows once nothing is left to claim */
   private readonly idle: Idle | undefined;
-  /** the latest claim: when it started, the notifications it had seen, and whether it found nothing pending at all */
-  private lastClaim = { at: 0, seen: 0, nothingPending: false };
+  /** the latest claim: when it started, the notifications it had seen, and whether any pending row is news to it (Idle.wait) */
+  private lastClaim = { at: 0, seen: 0, anyRowWakes: false };
 
   constructor(
     private readonly deps: RelayDeps,
@@ -214,7 +214,10 @@ class Invocation {
     if (this.stuckAggregates.size > 0) return this.stop('behind-foreign-locks');
     if (this.backedOffTopics.size > 0) return this.stop('topics-backed-off');
     const why = await this.deps.store.nothingClaimable(this.deadline);
-    this.lastClaim.nothingPending = why === 'empty';
+    // 'locked': rows are claimable but this claim did not get them: other transactions hold them,
+    // or they committed after the claim's snapshot. Either way the poll's first probe must not
+    // take them for old ones (they would wait for RECLAIM_MS): any pending row wakes the wait.
+    this.lastClaim.anyRowWakes = why === 'empty' || why === 'locked';
     return this.stop(why);
   }
 
@@ -363,7 +366,7 @@ class Invocation {
   /** Open a batch transaction and claim into it; `after`: follow that transaction's COMMIT on its connection. */
   private async claim(after?: BatchTransaction, inFlight: string[] = []): Promise<Batch> {
     const startedAt = Date.now();
-    this.lastClaim = { at: startedAt, seen: this.idle?.seen() ?? 0, nothingPending: false };
+    this.lastClaim = { at: startedAt, seen: this.idle?.seen() ?? 0, anyRowWakes: false };
     const tx = await this.deps.store.begin(this.deadline, after);
     try {
       const rows = await tx.claim(this.deps.config.batchSize, {

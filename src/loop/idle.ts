@@ -10,8 +10,9 @@
 //   every producer COMMIT that inserted rows. The claim follows the notification at once.
 // - poll (PgBouncer in transaction mode, RDS Proxy, or LISTEN refused): every OUTBOX_POLL_MS, one
 //   index probe for the newest pending row (newestPendingSql). A row newer than the newest seen
-//   when the wait began wakes the invocation; when the wait began with nothing pending at all,
-//   any pending row does.
+//   when the wait began wakes the invocation; when the wait began with nothing pending at all, or
+//   with claimable rows the claim did not get (other transactions held them, or they committed
+//   after its snapshot), any pending row does.
 // - both: a claim at least every RECLAIM_MS, whatever the signals say. Rows also become claimable
 //   without an insert (a backoff ends, another invocation rolls back, a foreign lock is released)
 //   and a row can commit with a lower seq than one already seen (seq is taken at INSERT, not at
@@ -50,16 +51,20 @@ export class Idle {
 
   /**
    * Wait until rows may be claimable: resolves with why, or undefined when `until` (epoch ms)
-   * comes first. `since`: the count seen() gave when the last claim started; `lastClaimAt`: when it
-   * started; `nothingPending`: that claim found the table without a pending row at all.
+   * comes first. `since.seen`: the count seen() gave when the last claim started; `since.at`: when
+   * it started; `since.anyRowWakes`: any pending row is news (that claim found none pending, or
+   * found claimable rows it could not take); otherwise the first probe only learns where the
+   * pending rows end.
    */
-  async wait(deadline: Deadline, until: number, since: { seen: number; at: number; nothingPending: boolean }): Promise<WakeReason | undefined> {
+  async wait(deadline: Deadline, until: number, since: { seen: number; at: number; anyRowWakes: boolean }): Promise<WakeReason | undefined> {
     if (this.mode === 'notify' && !this.listening) {
       await this.listen(deadline);
+      // setting LISTEN up may take long (a slow connect): no batch may start past `until`
+      if (Date.now() >= until) return undefined;
       // rows committed between that claim and LISTEN notified no one: claim once more
       if (this.listening) return 'reclaim';
     }
-    let newest: string | null | undefined = since.nothingPending ? null : undefined;
+    let newest: string | null | undefined = since.anyRowWakes ? null : undefined;
     let nextProbe = Date.now();
     for (;;) {
       const now = Date.now();
