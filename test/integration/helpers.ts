@@ -17,6 +17,19 @@ export const DATABASE_URL = process.env.TEST_DATABASE_URL ?? 'postgres://outbox:
 /** superuser, for pg_terminate_backend and ALTER ROLE */
 export const ADMIN_DATABASE_URL = process.env.TEST_ADMIN_DATABASE_URL ?? 'postgres://postgres:postgres@127.0.0.1:5432/outbox';
 export const KAFKA_BROKERS = process.env.TEST_KAFKA_BROKERS ?? '127.0.0.1:9092';
+/** PgBouncer in transaction mode in front of the same database (scripts/services/pgbouncer.sh) */
+export const POOLER_DATABASE_URL = process.env.TEST_POOLER_DATABASE_URL ?? 'postgres://outbox:outbox@127.0.0.1:6432/outbox';
+/**
+ * TEST_VIA_POOLER=1 (scripts/test.sh's second run of the guarantee tests): every relay a fixture
+ * configures connects through the pooler, as most Lambda deployments do, with named prepared
+ * statements off as the README tells such deployments. The tests' own statements (creating
+ * tables, inserting, checking) stay direct.
+ */
+export const VIA_POOLER = process.env.TEST_VIA_POOLER === '1';
+/** what a test that a transaction pooler cannot run passes as `skip` in the pooled run */
+export function directOnly(reason: string): { skip?: string } {
+  return VIA_POOLER ? { skip: `not through the pooler: ${reason}` } : {};
+}
 export const AWS_ENDPOINT_URL = process.env.TEST_AWS_ENDPOINT_URL ?? 'http://127.0.0.1:4566';
 
 export const kafka = new Kafka({ clientId: 'outbox-relay-tests', brokers: KAFKA_BROKERS.split(','), logLevel: logLevel.NOTHING, retry: { retries: 3 } });
@@ -51,7 +64,7 @@ export async function fixture(sql: Sql, name: string, aggregatetypes: string[] =
     template: `${prefix}.{aggregatetype}`,
     topic: (a) => `${prefix}.${a}`,
     env: {
-      DATABASE_URL,
+      ...(VIA_POOLER ? { DATABASE_URL: POOLER_DATABASE_URL, DATABASE_PREPARE: 'false' } : { DATABASE_URL }),
       KAFKA_BROKERS,
       OUTBOX_TABLE: table,
       OUTBOX_TOPIC_TEMPLATE: `${prefix}.{aggregatetype}`,
