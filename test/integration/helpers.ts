@@ -26,10 +26,6 @@ export const POOLER_DATABASE_URL = process.env.TEST_POOLER_DATABASE_URL ?? 'post
  * tables, inserting, checking) stay direct.
  */
 export const VIA_POOLER = process.env.TEST_VIA_POOLER === '1';
-/** what a test that a transaction pooler cannot run passes as `skip` in the pooled run */
-export function directOnly(reason: string): { skip?: string } {
-  return VIA_POOLER ? { skip: `not through the pooler: ${reason}` } : {};
-}
 export const AWS_ENDPOINT_URL = process.env.TEST_AWS_ENDPOINT_URL ?? 'http://127.0.0.1:4566';
 
 export const kafka = new Kafka({ clientId: 'outbox-relay-tests', brokers: KAFKA_BROKERS.split(','), logLevel: logLevel.NOTHING, retry: { retries: 3 } });
