@@ -35,8 +35,9 @@ pgb_install() {
   local ok=0
   APT_ARCHIVES="$debs" apt_install pgbouncer || ok=1
   [[ -n "$created_policy" ]] && rm -f "$policy"
-  ((ok == 0)) && [[ -x "$PGB_BIN" ]] ||
+  if ((ok != 0)) || [[ ! -x "$PGB_BIN" ]]; then
     fail pgbouncer "pgbouncer not found at $PGB_BIN and could not be installed (apt-get install pgbouncer needs root); install it or set PGB_BIN" ""
+  fi
 }
 
 # Where PgBouncer's files live: .cache/pgbouncer, or, if the unprivileged user cannot enter it (a
