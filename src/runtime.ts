@@ -53,6 +53,9 @@ export class Runtime {
     if (this.prepare) {
       const seen = await this.backendPids(client, deadline).catch(async (err: unknown) => {
         await client.end({ timeout: 1 }).catch(() => undefined);
+        if (err instanceof DeadlineExceededError) {
+          throw new DatabaseError(`the database did not answer in time: ${err.message}; check the database and the network path to it (a pooler or proxy in between?)`, { cause: err });
+        }
         throw wrapDbError(err, 'connecting to the database');
       });
       if (seen.client !== seen.server) {
@@ -82,7 +85,10 @@ export class Runtime {
    */
   private async backendPids(client: Sql, deadline?: Deadline): Promise<{ client: number; server: number }> {
     const probe = client<{ pid: number }[]>`SELECT pg_backend_pid() AS pid`;
-    const rows = deadline ? await deadline.race('probing the database connection', probe, () => probe.cancel()) : await probe;
+    // never unbounded, even for a caller without a deadline (the CLI's migrate and parked): a
+    // frozen server would otherwise hang it here, before its own statements' bounds apply
+    const bound = deadline ?? new Deadline(Date.now() + 2 * this.config.database.connectTimeoutMs);
+    const rows = await bound.race('probing the database connection', probe, () => probe.cancel());
     return { client: rows.state.pid, server: rows[0]!.pid };
   }
 

@@ -5,6 +5,8 @@
 // it (scripts/test.sh, TEST_VIA_POOLER=1); this file covers what is the pooler's own business:
 // the default DATABASE_PREPARE=true meeting a pooler.
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import postgres, { type Sql } from 'postgres';
 import { Deadline } from '../../src/budget.ts';
@@ -14,7 +16,7 @@ import type { Logger } from '../../src/log.ts';
 import { OutboxStore } from '../../src/outbox/store.ts';
 import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
 import { Runtime } from '../../src/runtime.ts';
-import { consumeAll, copiesById, counts, db, DATABASE_URL, firstCopyOrder, fixture, insertEvents, isSorted, POOLER_DATABASE_URL, runCli } from './helpers.ts';
+import { consumeAll, copiesById, counts, db, DATABASE_URL, firstCopyOrder, fixture, insertEvents, isSorted, POOLER_DATABASE_URL, ROOT, runCli } from './helpers.ts';
 
 const POOLER_WARNING = 'the database connection goes through a connection pooler or proxy';
 
@@ -157,5 +159,41 @@ describe('the default DATABASE_PREPARE=true meets a transaction pooler', () => {
       await relaySql.end({ timeout: 1 });
     }
     assert.equal((await counts(sql, f.table)).sent, 1, 'batch 2 was not marked');
+  });
+});
+
+describe('the pooler itself hangs', () => {
+  it('PgBouncer frozen (SIGSTOP): an invocation through it fails within its budget, and `status` gives up at its --timeout, both naming the database', async (t) => {
+    // the pid services.sh recorded; a pooler another checkout started has none here
+    let pid: number;
+    try {
+      pid = Number(readFileSync(join(ROOT, '.cache', 'run', 'pgbouncer.pid'), 'utf8').trim());
+    } catch {
+      t.skip('no .cache/run/pgbouncer.pid: this checkout did not start the pooler');
+      return;
+    }
+    const f = await fixture(sql, 'poolstop');
+    await insertEvents(sql, f.table, [{ aggregateid: 'a' }]);
+    // a connect timeout far beyond the budgets, so only the deadlines can end the waits
+    const env = { ...relayEnv(f.env, POOLER_DATABASE_URL), DATABASE_CONNECT_TIMEOUT_MS: '30000', OUTBOX_SAFETY_MARGIN_MS: '1000' };
+    process.kill(pid, 'SIGSTOP');
+    let invoke, status;
+    try {
+      [invoke, status] = await Promise.all([runCli(['invoke', '--timeout', '6000'], env), runCli(['status', '--timeout', '3000'], env)]);
+    } finally {
+      process.kill(pid, 'SIGCONT');
+    }
+    t.diagnostic(`invoke exited ${String(invoke.code)} after ${invoke.durationMs} ms; status exited ${String(status.code)} after ${status.durationMs} ms`);
+    assert.notEqual(invoke.code, 0);
+    assert.match(invoke.stderr, /the database did not answer in time/);
+    // the budget (6 s - 1 s margin) plus the process' own start-up and shut-down
+    assert.ok(invoke.durationMs < 6_000 + 4_000, `invoke took ${invoke.durationMs} ms`);
+    assert.notEqual(status.code, 0);
+    assert.match(status.stderr, /did not (answer|finish) .*in time|before the invocation's deadline/);
+    assert.ok(status.durationMs < 3_000 + 4_000, `status took ${status.durationMs} ms`);
+    // the pooler is back: the next invocation delivers
+    const res = await runCli(['invoke', '--timeout', '20000'], env);
+    assert.equal(res.code, 0, res.stderr.slice(-2_000));
+    assert.equal((await counts(sql, f.table)).sent, 1);
   });
 });
