@@ -214,6 +214,17 @@ async function emulator(f: Fixture, timeoutSeconds: number, env: Record<string, 
   return e;
 }
 
+/** Waits until `n` rows are marked sent while the invocation runs; says what happened if it ended first. */
+async function untilSent(table: string, n: number, invocation: Promise<Invocation>, e: Emulator): Promise<void> {
+  let ended: Invocation | undefined;
+  void invocation.then((r) => (ended = r));
+  const until = Date.now() + 20_000;
+  while ((await counts(sql, table)).sent < n) {
+    assert.ok(!ended && Date.now() < until, `the invocation did not get going (${ended ? `it ended: ${JSON.stringify(ended).slice(0, 1_000)}` : 'still running after 20 s'})\n--- emulator log (tail) ---\n${e.output().slice(-3_000)}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 async function backendPids(appName: string): Promise<number[]> {
   return (await sql<{ pid: number }[]>`SELECT pid FROM pg_stat_activity WHERE application_name = ${appName} ORDER BY pid`).map((r) => r.pid);
 }
@@ -293,11 +304,7 @@ describe('the packaged zip under the Lambda Runtime Interface Emulator', () => {
     // mid-invocation (some batches marked, most rows pending), the function stops running: frozen
     // as a process is when its CPU share runs out or it hangs in native code; it cannot return,
     // so the emulator's timer is what ends it
-    const until = Date.now() + 20_000;
-    while ((await counts(sql, f.table)).sent < 500) {
-      assert.ok(Date.now() < until, 'the invocation did not get going');
-      await new Promise((r) => setTimeout(r, 20));
-    }
+    await untilSent(f.table, 500, invocation, e);
     const [runtime] = e.runtimePids();
     assert.ok(runtime, 'the runtime process');
     process.kill(runtime, 'SIGSTOP');
@@ -343,11 +350,7 @@ describe('the packaged zip under the Lambda Runtime Interface Emulator', () => {
     const frozen: number[] = [];
     let result: Invocation;
     try {
-      const until = Date.now() + 20_000;
-      while ((await counts(sql, f.table)).sent < 500) {
-        assert.ok(Date.now() < until, 'the invocation did not get going');
-        await new Promise((r) => setTimeout(r, 20));
-      }
+      await untilSent(f.table, 500, invocation, e);
       for (const pid of await backendPids(appName)) {
         process.kill(pid, 'SIGSTOP');
         frozen.push(pid);
