@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Local services for tests and the demo, no Docker needed (see localstack/README.md for Docker):
 #
-#   bash scripts/services.sh up      [postgres|kafka|moto ...]   install (cached) + start + wait healthy
-#   bash scripts/services.sh down    [postgres|kafka|moto ...]   stop what `up` started (pids in .cache/run/)
-#   bash scripts/services.sh status  [postgres|kafka|moto ...]   up/down per service; exit 1 if any is down
-#   bash scripts/services.sh restart [postgres|kafka|moto ...]   down + up
+#   bash scripts/services.sh up      [postgres|pgbouncer|kafka|moto ...]   install (cached) + start + wait healthy
+#   bash scripts/services.sh down    [postgres|pgbouncer|kafka|moto ...]   stop what `up` started (pids in .cache/run/)
+#   bash scripts/services.sh status  [postgres|pgbouncer|kafka|moto ...]   up/down per service; exit 1 if any is down
+#   bash scripts/services.sh restart [postgres|pgbouncer|kafka|moto ...]   down + up
 #
 #   Postgres 15  127.0.0.1:5432  postgres://outbox:outbox@127.0.0.1:5432/outbox  (superuser postgres/postgres)
+#   PgBouncer    127.0.0.1:6432  the same database through a transaction-mode pooler (scripts/services/pgbouncer.sh)
 #   Kafka 4      127.0.0.1:9092  KRaft single node, auto-create off              (pid: .cache/run/kafka.pid)
 #                127.0.0.1:9094  SASL/SCRAM-SHA-256/512, user relay / relay-secret
 #                127.0.0.1:9095, :9097 (SASL) advertised as :9096, :9098, for test proxies (scripts/services/kafka.sh)
@@ -21,7 +22,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=services/lib.sh
 source "$ROOT/scripts/services/lib.sh"
 
-ALL=(postgres kafka moto)
+ALL=(postgres pgbouncer kafka moto)
 
 usage() {
   sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
@@ -48,6 +49,8 @@ fi
 
 # shellcheck source=services/postgres.sh
 source "$SERVICES_DIR/postgres.sh"
+# shellcheck source=services/pgbouncer.sh
+source "$SERVICES_DIR/pgbouncer.sh"
 # shellcheck source=services/kafka.sh
 source "$SERVICES_DIR/kafka.sh"
 # shellcheck source=services/moto.sh
@@ -63,7 +66,7 @@ services=("$@")
 if [[ ${#services[@]} -eq 0 ]]; then services=("${ALL[@]}"); fi
 for s in "${services[@]}"; do
   case "$s" in
-    postgres | kafka | moto) ;;
+    postgres | pgbouncer | kafka | moto) ;;
     aws) ;;
     *) fail services "unknown service '$s' (expected: ${ALL[*]})" "" ;;
   esac
@@ -71,6 +74,7 @@ done
 fn_prefix() {
   case "$1" in
     postgres) printf pg ;;
+    pgbouncer) printf pgb ;;
     aws) printf moto ;;
     *) printf '%s' "$1" ;;
   esac

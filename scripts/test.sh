@@ -7,7 +7,7 @@
 # from TEST_KAFKA_CLIENT): kafkajs, the default, runs every file; platformatic runs every file
 # whose relay publishes, and leaves out those that do not depend on the relay's client (the
 # services' own checks, the test proxy's, packaging, and partitions.test.ts, which runs both
-# clients itself).
+# clients itself). The guarantee tests then run a third time through the transaction pooler.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,7 +19,7 @@ run_tests() {
 }
 run_tests 'test/unit/**/*.test.ts'
 
-client_independent='/(services\.smoke|services\.status|kafka-proxy|package|partitions)\.test\.ts$'
+client_independent='/(services\.smoke|services\.status|kafka-proxy|package|partitions|lambda-runtime|pooler)\.test\.ts$'
 status=0
 echo "# integration tests, OUTBOX_KAFKA_CLIENT=kafkajs (every file)"
 TEST_KAFKA_CLIENT=kafkajs run_tests --test-concurrency=1 --test-timeout=600000 'test/integration/**/*.test.ts' || status=$?
@@ -27,4 +27,11 @@ TEST_KAFKA_CLIENT=kafkajs run_tests --test-concurrency=1 --test-timeout=600000 '
 mapfile -t relay_files < <(ls test/integration/*.test.ts | grep -Ev "$client_independent")
 echo "# integration tests, OUTBOX_KAFKA_CLIENT=platformatic (${#relay_files[@]} files whose relay publishes)"
 TEST_KAFKA_CLIENT=platformatic run_tests --test-concurrency=1 --test-timeout=600000 "${relay_files[@]}" || status=$?
+
+# The guarantee tests (G1-G7) again, with every relay connecting through PgBouncer in transaction
+# mode (127.0.0.1:6432, DATABASE_PREPARE=false), as most Lambda deployments connect through a
+# pooler or RDS Proxy; the tests' own statements stay direct (test/integration/helpers.ts).
+echo '# the guarantee tests again, through PgBouncer (transaction mode), OUTBOX_KAFKA_CLIENT=kafkajs'
+TEST_VIA_POOLER=1 TEST_KAFKA_CLIENT=kafkajs run_tests --test-concurrency=1 --test-timeout=600000 \
+  test/integration/relay.test.ts test/integration/failures.test.ts test/integration/publishing.test.ts || status=$?
 exit "$status"

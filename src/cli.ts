@@ -169,7 +169,7 @@ const STATUS_TIMEOUT_MS = 30_000;
 async function statusCommand(json: boolean, timeout: string | undefined): Promise<number> {
   const rt = getRuntime();
   const deadline = new Deadline(Date.now() + positiveInt('timeout', timeout, STATUS_TIMEOUT_MS));
-  const s = await status(await rt.database(), rt.config.outbox.table, rt.config.outbox.topicTemplate, deadline).catch((e: unknown) => {
+  const s = await status(await rt.database(false, deadline), rt.config.outbox.table, rt.config.outbox.topicTemplate, deadline).catch((e: unknown) => {
     throw wrapDbError(e, 'reading status');
   });
   if (json) {

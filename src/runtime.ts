@@ -9,7 +9,7 @@ import { createPublisher } from './kafka/clients.ts';
 import type { Publisher } from './kafka/publisher.ts';
 import type { Logger } from './log.ts';
 import { backlog, type Backlog } from './outbox/admin.ts';
-import { OutboxStore, isAuthError, isConnectionLost } from './outbox/store.ts';
+import { OutboxStore, isAuthError, isConnectionLost, wrapDbError } from './outbox/store.ts';
 import { runInvocation, type Summary } from './relay.ts';
 import { databaseUrlFromSecret, kafkaCredentialsFromSecret, SecretsManagerSource, type SecretSource } from './secrets.ts';
 
@@ -27,6 +27,7 @@ export class Runtime {
     secrets?: SecretSource,
   ) {
     this.secrets = secrets ?? new SecretsManagerSource();
+    this.prepare = config.database.prepare;
   }
 
   async databaseUrl(refresh = false, deadline?: Deadline): Promise<string> {
@@ -36,16 +37,67 @@ export class Runtime {
     return databaseUrlFromSecret(db.secretId!, raw);
   }
 
+  /**
+   * Named prepared statements for this client: DATABASE_PREPARE, turned off when the probe in
+   * database() finds a pooler or proxy between the relay and Postgres.
+   */
+  private prepare: boolean;
+
   /** The shared postgres.js client; `refresh` re-reads the secret and reconnects. */
   async database(refresh = false, deadline?: Deadline): Promise<Sql> {
     if (this.sql && !refresh && !this.store?.poisoned && !this.connectionLost) return this.sql;
     await this.closeDatabase();
     const url = await this.databaseUrl(refresh, deadline);
+    let client = this.connect(url, this.config.database.prepare);
+    this.prepare = this.config.database.prepare;
+    if (this.prepare) {
+      const seen = await this.backendPids(client, deadline).catch(async (err: unknown) => {
+        await client.end({ timeout: 1 }).catch(() => undefined);
+        if (err instanceof DeadlineExceededError) {
+          throw new DatabaseError(`the database did not answer in time: ${err.message}; check the database and the network path to it (a pooler or proxy in between?)`, { cause: err });
+        }
+        throw wrapDbError(err, 'connecting to the database');
+      });
+      if (seen.client !== seen.server) {
+        // A transaction pooler (PgBouncer < 1.21, RDS Proxy) hands each transaction whichever server
+        // connection is free, and named prepared statements stay behind on the one that prepared
+        // them: postgres.js then fails, or re-sends statements out of order within a transaction
+        // (README "Configuration", DATABASE_PREPARE). Unnamed statements work through any pooler.
+        this.logger.warn('the database connection goes through a connection pooler or proxy; named prepared statements are turned off for it (set DATABASE_PREPARE=false to skip this check)', {
+          backendPidSeenByClient: seen.client,
+          backendPidOnServer: seen.server,
+        });
+        await client.end({ timeout: 1 }).catch(() => undefined);
+        this.prepare = false;
+        client = this.connect(url, false);
+      }
+    }
+    this.sql = client;
+    this.store = undefined;
+    return this.sql;
+  }
+
+  /**
+   * The backend pid the client was given when it connected (BackendKeyData, what a cancel request
+   * names) and the one the server runs the statement in. Connected straight to Postgres they are
+   * the same process; a pooler or proxy answers the startup itself with a key of its own (PgBouncer
+   * a random one), so they differ. One round trip, once per client (cold start or reconnect).
+   */
+  private async backendPids(client: Sql, deadline?: Deadline): Promise<{ client: number; server: number }> {
+    const probe = client<{ pid: number }[]>`SELECT pg_backend_pid() AS pid`;
+    // never unbounded, even for a caller without a deadline (the CLI's migrate and parked): a
+    // frozen server would otherwise hang it here, before its own statements' bounds apply
+    const bound = deadline ?? new Deadline(Date.now() + 2 * this.config.database.connectTimeoutMs);
+    const rows = await bound.race('probing the database connection', probe, () => probe.cancel());
+    return { client: rows.state.pid, server: rows[0]!.pid };
+  }
+
+  private connect(url: string, prepare: boolean): Sql {
     const db = this.config.database;
     const client: Sql = postgres(url, {
       // two batch transactions overlap (claim next while publishing current) + one for prune/status
       max: 3,
-      prepare: db.prepare,
+      prepare,
       connect_timeout: Math.ceil(db.connectTimeoutMs / 1000),
       idle_timeout: 0,
       // no rotation by age either: a connection then closes only when something broke, and every
@@ -65,15 +117,13 @@ export class Runtime {
       ...(db.ssl ? { ssl: db.ssl === 'disable' ? false : db.ssl } : {}),
       onnotice: () => undefined,
     });
-    this.sql = client;
-    this.store = undefined;
-    return this.sql;
+    return client;
   }
 
   async outboxStore(refresh = false, deadline?: Deadline): Promise<OutboxStore> {
     const sql = await this.database(refresh, deadline);
     this.store ??= new OutboxStore(sql, this.config.outbox.table, this.config.outbox.parkedPolicy, {
-      prepare: this.config.database.prepare,
+      prepare: this.prepare,
       sentRows: this.config.outbox.sentRows,
     });
     return this.store;

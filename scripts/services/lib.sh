@@ -31,6 +31,7 @@ fail() {
 is_root() { [[ "$(id -u)" -eq 0 ]]; }
 
 # apt_install PKG...: used only when a tool is missing on a fresh machine (needs root).
+# APT_ARCHIVES=DIR keeps the downloaded .debs there (under .cache) instead of apt's own cache.
 APT_UPDATED=""
 apt_install() {
   if ! is_root || ! command -v apt-get >/dev/null 2>&1; then
@@ -41,7 +42,12 @@ apt_install() {
     DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 || return 1
     APT_UPDATED=1
   fi
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >&2
+  local opts=()
+  if [[ -n "${APT_ARCHIVES:-}" ]]; then
+    mkdir -p "$APT_ARCHIVES/partial"
+    opts=(-o "Dir::Cache::Archives=$APT_ARCHIVES")
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ${opts[@]+"${opts[@]}"} "$@" >&2
 }
 
 # proc_state PID: the one-letter state from /proc (R, S, T stopped, Z zombie...) or empty.

@@ -98,13 +98,19 @@ export interface Status extends Backlog {
 
 /** `status`: exact counts by topic (one pass over the unsent rows), plus the backlog figures the metrics report. */
 export async function status(sql: Sql, table: TableName, template: string, deadline: Deadline): Promise<Status> {
-  // per topic, over every pending row: bounded on the server (statement_timeout) and by the deadline
-  const serverMs = String(Math.max(1, deadline.remaining() - 100));
-  const rows = await deadline.race(
+  // per topic, over every pending row: bounded on the server (statement_timeout) and by the deadline.
+  // The server's timeout is what should end a blocked read (an ordinary error, the connection
+  // fine), 100 ms before the client's deadline. It is computed once connected and in the
+  // transaction, and sent pipelined with the query: the time a connection takes (a pooler's
+  // SCRAM login, a busy machine) used to come out of those 100 ms, and the client gave up first.
+  const [, rows] = await deadline.race(
     'reading the status per topic',
-    sql.begin(async (tx) => {
-      await tx`SELECT set_config('statement_timeout', ${serverMs}, true)`;
-      return tx.unsafe<{ topic_override: string; aggregatetype: string; pending: string; retrying: string; parked: string; oldest_pending_ms: string | null }[]>(q.statusSql(qualified(table)));
+    sql.begin((tx) => {
+      const serverMs = String(Math.max(1, deadline.remaining() - 100));
+      return [
+        tx`SELECT set_config('statement_timeout', ${serverMs}, true)`,
+        tx.unsafe<{ topic_override: string; aggregatetype: string; pending: string; retrying: string; parked: string; oldest_pending_ms: string | null }[]>(q.statusSql(qualified(table))),
+      ];
     }),
   );
   const byTopic = new Map<string, TopicStatus>();

@@ -431,9 +431,36 @@ export function isConnectionLost(err: unknown): boolean {
   return typeof code === 'string' && CONNECTION_LOST_CODES.has(code);
 }
 
+/**
+ * What a transaction-mode pooler (PgBouncer before 1.21, RDS Proxy) does to named prepared
+ * statements: it hands each transaction whichever server connection is free, so a statement
+ * prepared on one is missing on the next (26000 `prepared statement "…" does not exist`), or its
+ * name is prepared twice (42P05 `… already exists`). postgres.js re-sends a statement the server
+ * says is missing; inside a pipelined transaction that re-send lands after statements queued
+ * behind it, and postgres.js then reads one statement's rows with another's row description:
+ * a RangeError ERR_OUT_OF_RANGE from its Buffer reads (`The value of "offset" is out of range`).
+ */
+const PREPARED_STATEMENT_LOST_CODES = new Set(['26000', '42P05']);
+
+export function isPreparedStatementLost(err: unknown): boolean {
+  const e = err as { code?: unknown } | undefined;
+  if (typeof e?.code !== 'string') return false;
+  if (PREPARED_STATEMENT_LOST_CODES.has(e.code)) return true;
+  // postgres.js parses rows with Buffer reads; an out-of-range read means a row description that
+  // does not belong to the row, which only a server connection switched under the client causes
+  return e.code === 'ERR_OUT_OF_RANGE' && err instanceof RangeError;
+}
+
+export const POOLED_PREPARE_ADVICE =
+  'the database connection looks pooled in transaction mode (PgBouncer/RDS Proxy), which loses named prepared statements between transactions: set DATABASE_PREPARE=false';
+
 export function wrapDbError(err: unknown, what: string): Error {
   if (err instanceof DeadlineExceededError || err instanceof DatabaseError) return err;
   const e = err as { code?: string; message?: string };
+  if (isPreparedStatementLost(err)) {
+    // not retriable: every invocation through that pooler can hit it again until the setting changes
+    return new DatabaseError(`database error while ${what}: ${POOLED_PREPARE_ADVICE} (${e.message ?? String(err)}; ${e.code})`, { cause: err, retriable: false });
+  }
   if (e?.code && AUTH_CODES.has(e.code)) {
     return new DatabaseError(`database rejected the credentials while ${what} (${e.code}): check DATABASE_URL or the DATABASE_SECRET_ID secret`, { cause: err, retriable: false });
   }

@@ -18,6 +18,15 @@ export const DATABASE_URL = process.env.TEST_DATABASE_URL ?? 'postgres://outbox:
 /** superuser, for pg_terminate_backend and ALTER ROLE */
 export const ADMIN_DATABASE_URL = process.env.TEST_ADMIN_DATABASE_URL ?? 'postgres://postgres:postgres@127.0.0.1:5432/outbox';
 export const KAFKA_BROKERS = process.env.TEST_KAFKA_BROKERS ?? '127.0.0.1:9092';
+/** PgBouncer in transaction mode in front of the same database (scripts/services/pgbouncer.sh) */
+export const POOLER_DATABASE_URL = process.env.TEST_POOLER_DATABASE_URL ?? 'postgres://outbox:outbox@127.0.0.1:6432/outbox';
+/**
+ * TEST_VIA_POOLER=1 (scripts/test.sh's second run of the guarantee tests): every relay a fixture
+ * configures connects through the pooler, as most Lambda deployments do, with named prepared
+ * statements off as the README tells such deployments. The tests' own statements (creating
+ * tables, inserting, checking) stay direct.
+ */
+export const VIA_POOLER = process.env.TEST_VIA_POOLER === '1';
 export const AWS_ENDPOINT_URL = process.env.TEST_AWS_ENDPOINT_URL ?? 'http://127.0.0.1:4566';
 /**
  * The Kafka client the relay under test publishes with (OUTBOX_KAFKA_CLIENT in every fixture's
@@ -58,7 +67,7 @@ export async function fixture(sql: Sql, name: string, aggregatetypes: string[] =
     template: `${prefix}.{aggregatetype}`,
     topic: (a) => `${prefix}.${a}`,
     env: {
-      DATABASE_URL,
+      ...(VIA_POOLER ? { DATABASE_URL: POOLER_DATABASE_URL, DATABASE_PREPARE: 'false' } : { DATABASE_URL }),
       KAFKA_BROKERS,
       OUTBOX_KAFKA_CLIENT: KAFKA_CLIENT,
       OUTBOX_TABLE: table,

@@ -99,3 +99,16 @@ test('init scripts exist, are executable, and create the same secrets and topic 
   assert.match(readFileSync(topics, 'utf8'), /--topic outbox\.event\.order\b/);
   assert.match(readFileSync(join(ROOT, 'scripts', 'services', 'kafka.sh'), 'utf8'), /outbox\.event\.order:3/);
 });
+
+test('versions: the same Postgres major, Kafka and moto as the no-Docker services; what Docker does not offer is listed', () => {
+  const pgMajor = /^PG_MAJOR=(\d+)$/m.exec(readFileSync(join(ROOT, 'scripts', 'services', 'postgres.sh'), 'utf8'))?.[1];
+  assert.equal(svc('postgres').image, `postgres:${pgMajor}`);
+  const motoVersion = /^MOTO_SPEC="moto\[server\]==([^"]+)"$/m.exec(readFileSync(join(ROOT, 'scripts', 'services', 'moto.sh'), 'utf8'))?.[1];
+  assert.ok(motoVersion, 'MOTO_SPEC in scripts/services/moto.sh');
+  assert.equal(svc('moto').image, `motoserver/moto:${motoVersion}`);
+  // PgBouncer (6432) exists only without Docker; the README says so, and which tests need it
+  assert.ok(!Object.values(compose.services).some((s) => published(s).some((p) => p.host === 6432)), 'a compose pooler on 6432: update localstack/README.md');
+  const readme = readFileSync(join(DIR, 'README.md'), 'utf8');
+  assert.match(readme, /PgBouncer/);
+  assert.match(readme, /not been run/);
+});

@@ -1,0 +1,379 @@
+// The deployed artifact under a real Lambda runtime: the zip scripts/build.mjs builds (the step
+// `npm run package` runs first), unzipped as Lambda unzips it into its task root, run by AWS's
+// Runtime Interface Emulator with AWS's Node runtime interface client (scripts/lambda-runtime.sh
+// installs both into .cache), invoked over HTTP with an EventBridge scheduled event. What the
+// CLI-driven tests never exercise: the handler resolved from the bundle by name, the context and
+// getRemainingTimeInMillis coming from the runtime, a warm runtime process reused, and the
+// function killed at its timeout.
+import assert from 'node:assert/strict';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import net from 'node:net';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import type { Sql } from 'postgres';
+import { parse } from 'yaml';
+import { consumeAll, copiesById, counts, db, fixture, insertEvents, ROOT, type Fixture } from './helpers.ts';
+
+const RIE = join(ROOT, '.cache', 'lambda-rie', 'bin', 'aws-lambda-rie');
+const RIC = join(ROOT, '.cache', 'lambda-ric', 'node_modules', 'aws-lambda-ric', 'index.mjs');
+const ZIP = join(ROOT, '.build', 'relay.zip');
+
+/** what EventBridge sends a function on a `rate(1 minute)` schedule */
+function scheduledEvent(): Record<string, unknown> {
+  return {
+    version: '0',
+    id: crypto.randomUUID(),
+    'detail-type': 'Scheduled Event',
+    source: 'aws.events',
+    account: '123456789012',
+    time: new Date().toISOString().replace(/\.\d{3}Z$/, 'Z'),
+    region: 'us-east-1',
+    resources: ['arn:aws:events:us-east-1:123456789012:rule/outbox-relay-test-relay-schedule'],
+    detail: {},
+  };
+}
+
+async function freePort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+type Invocation =
+  | { outcome: 'ok'; summary: Summary }
+  | { outcome: 'timed-out'; body: string }
+  | { outcome: 'error'; status: number; body: string; errorType?: string; errorMessage?: string };
+interface Summary {
+  published: number;
+  batches: number;
+  stoppedBecause: string;
+  durationMs: number;
+}
+
+/** One emulator with one function, as one Lambda execution environment: warm between invocations. */
+class Emulator {
+  private log = '';
+  private constructor(
+    private readonly child: ChildProcess,
+    private readonly port: number,
+  ) {
+    child.stdout!.on('data', (d: Buffer) => (this.log += d.toString()));
+    child.stderr!.on('data', (d: Buffer) => (this.log += d.toString()));
+  }
+
+  static async start(taskRoot: string, handler: string, timeoutSeconds: number, env: Record<string, string>): Promise<Emulator> {
+    const [port, apiPort] = [await freePort(), await freePort()];
+    const child = spawn(
+      RIE,
+      ['--runtime-interface-emulator-address', `127.0.0.1:${port}`, '--runtime-api-address', `127.0.0.1:${apiPort}`, process.execPath, RIC, handler],
+      {
+        cwd: taskRoot,
+        // what Lambda gives a nodejs24.x function, plus the function's own environment (serverless.yml)
+        env: {
+          PATH: process.env.PATH ?? '',
+          HOME: '/tmp',
+          LAMBDA_TASK_ROOT: taskRoot,
+          AWS_LAMBDA_FUNCTION_NAME: 'outbox-relay-test-relay',
+          AWS_LAMBDA_FUNCTION_MEMORY_SIZE: '512',
+          AWS_LAMBDA_FUNCTION_TIMEOUT: String(timeoutSeconds),
+          AWS_REGION: 'us-east-1',
+          // Lambda sets it; this emulator does not, and Powertools reports cold starts only with it
+          AWS_LAMBDA_INITIALIZATION_TYPE: 'on-demand',
+          NODE_OPTIONS: '--enable-source-maps',
+          KAFKAJS_NO_PARTITIONER_WARNING: '1',
+          ...env,
+        },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
+    const emulator = new Emulator(child, port);
+    const until = Date.now() + 10_000;
+    for (;;) {
+      if (child.exitCode !== null) throw new Error(`the emulator exited (${child.exitCode}):\n${emulator.log}`);
+      const open = await new Promise<boolean>((resolve) => {
+        const s = net.connect(port, '127.0.0.1', () => (s.destroy(), resolve(true)));
+        s.on('error', () => resolve(false));
+      });
+      if (open) return emulator;
+      if (Date.now() > until) throw new Error(`the emulator did not listen on ${port} within 10 s:\n${emulator.log}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+
+  /** POST the event to the invoke endpoint, as Lambda's service does for EventBridge. */
+  async invoke(event = scheduledEvent()): Promise<Invocation> {
+    const res = await fetch(`http://127.0.0.1:${this.port}/2015-03-31/functions/function/invocations`, { method: 'POST', body: JSON.stringify(event) });
+    const body = await res.text();
+    // the emulator answers a function killed at its timeout with HTTP 200 and this text
+    if (/^Task timed out after/.test(body)) return { outcome: 'timed-out', body };
+    let parsed: Record<string, unknown> | undefined;
+    try {
+      parsed = JSON.parse(body) as Record<string, unknown>;
+    } catch {
+      parsed = undefined;
+    }
+    // a handler that throws: the runtime client posts the error, which comes back as the body
+    if (res.status !== 200 || !parsed || 'errorType' in parsed || typeof parsed.stoppedBecause !== 'string') {
+      return { outcome: 'error', status: res.status, body, errorType: parsed?.errorType as string | undefined, errorMessage: parsed?.errorMessage as string | undefined };
+    }
+    return { outcome: 'ok', summary: parsed as unknown as Summary };
+  }
+
+  async invokeOk(): Promise<Summary> {
+    const r = await this.invoke();
+    assert.equal(r.outcome, 'ok', `invocation failed: ${JSON.stringify(r)}\n--- emulator log (tail) ---\n${this.log.slice(-4_000)}`);
+    return (r as { summary: Summary }).summary;
+  }
+
+  /** the runtime process (the runtime interface client running the handler), child of the emulator */
+  runtimePids(): number[] {
+    // the emulator is a Go program: any of its threads may have forked the runtime
+    const pids: number[] = [];
+    try {
+      for (const task of readdirSync(`/proc/${this.child.pid}/task`)) {
+        pids.push(...readFileSync(`/proc/${this.child.pid}/task/${task}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number));
+      }
+    } catch {
+      // the emulator is gone
+    }
+    return pids.sort((a, b) => a - b);
+  }
+
+  /** the log lines the function printed (JSON), e.g. Powertools' "invocation finished" */
+  jsonLines(): Array<Record<string, unknown>> {
+    return this.log
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .flatMap((l) => {
+        try {
+          return [JSON.parse(l) as Record<string, unknown>];
+        } catch {
+          return [];
+        }
+      });
+  }
+
+  output(): string {
+    return this.log;
+  }
+
+  async stop(): Promise<void> {
+    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
+    const runtimes = this.runtimePids();
+    const exited = new Promise((resolve) => this.child.once('exit', resolve));
+    this.child.kill('SIGTERM');
+    const timer = setTimeout(() => this.child.kill('SIGKILL'), 5_000);
+    await exited;
+    clearTimeout(timer);
+    // its runtime, in case the emulator left it behind (it may be SIGSTOPped by a test)
+    for (const pid of runtimes) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+  }
+}
+
+let sql: Sql;
+let taskRoot: string;
+let handler: string;
+const emulators: Emulator[] = [];
+
+before(() => {
+  sql = db();
+  // the emulator and the runtime client, by the project's own script (a no-op once cached)
+  const install = spawnSync('bash', [join(ROOT, 'scripts', 'lambda-runtime.sh'), 'install'], { cwd: ROOT, encoding: 'utf8', timeout: 900_000 });
+  assert.equal(install.status, 0, `scripts/lambda-runtime.sh install failed:\n${install.stdout}${install.stderr}`);
+  // the zip, as `npm run package` builds it (its serverless plugin runs exactly this)
+  const build = spawnSync(process.execPath, [join(ROOT, 'scripts', 'build.mjs'), '--lambda-only'], { cwd: ROOT, encoding: 'utf8', timeout: 180_000 });
+  assert.equal(build.status, 0, `scripts/build.mjs --lambda-only failed:\n${build.stdout}${build.stderr}`);
+  // unzipped as Lambda does into its task root: only what is in the zip is there
+  mkdirSync(join(ROOT, '.cache'), { recursive: true });
+  taskRoot = mkdtempSync(join(ROOT, '.cache', 'lambda-task-'));
+  const unzip = spawnSync('unzip', ['-q', ZIP, '-d', taskRoot], { encoding: 'utf8' });
+  assert.equal(unzip.status, 0, `unzip ${ZIP} failed: ${unzip.stderr}`);
+  // the handler exactly as the deployed function names it
+  const sls = parse(readFileSync(join(ROOT, 'serverless.yml'), 'utf8')) as { functions: { relay: { handler: string } } };
+  handler = sls.functions.relay.handler;
+});
+
+after(async () => {
+  await Promise.all(emulators.map((e) => e.stop()));
+  await sql.end();
+  rmSync(taskRoot, { recursive: true, force: true });
+});
+
+async function emulator(f: Fixture, timeoutSeconds: number, env: Record<string, string> = {}): Promise<Emulator> {
+  const e = await Emulator.start(taskRoot, handler, timeoutSeconds, { ...f.env, ...env });
+  emulators.push(e);
+  return e;
+}
+
+/** Waits until `n` rows are marked sent while the invocation runs; says what happened if it ended first. */
+async function untilSent(table: string, n: number, invocation: Promise<Invocation>, e: Emulator): Promise<void> {
+  let ended: Invocation | undefined;
+  void invocation.then((r) => (ended = r));
+  const until = Date.now() + 20_000;
+  while ((await counts(sql, table)).sent < n) {
+    assert.ok(!ended && Date.now() < until, `the invocation did not get going (${ended ? `it ended: ${JSON.stringify(ended).slice(0, 1_000)}` : 'still running after 20 s'})\n--- emulator log (tail) ---\n${e.output().slice(-3_000)}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+async function backendPids(appName: string): Promise<number[]> {
+  return (await sql<{ pid: number }[]>`SELECT pid FROM pg_stat_activity WHERE application_name = ${appName} ORDER BY pid`).map((r) => r.pid);
+}
+
+describe('the packaged zip under the Lambda Runtime Interface Emulator', () => {
+  it('a scheduled event: the bundled handler relays 2,000 rows, each once, and answers with the summary; a warm second invocation reuses the runtime process and its database connections', async () => {
+    const f = await fixture(sql, 'rie');
+    const appName = `rie-${f.table}`;
+    const ids = await insertEvents(sql, f.table, Array.from({ length: 2_000 }, (_, i) => ({ aggregateid: `a-${i % 50}`, payload: { i } })));
+    const e = await emulator(f, 30, { OUTBOX_CLIENT_ID: appName });
+
+    const first = await e.invokeOk();
+    assert.equal(first.published, 2_000, JSON.stringify(first));
+    assert.equal(first.stoppedBecause, 'empty');
+    assert.deepEqual(await counts(sql, f.table), { total: 2_000, sent: 2_000, parked: 0, pending: 0 });
+    const msgs = await consumeAll([f.topic('order')], 2_000, 30_000);
+    assert.equal(msgs.length, 2_000, 'each row once');
+    assert.deepEqual(new Set(copiesById(msgs).keys()), new Set(ids));
+    // the Lambda context reached the handler through the runtime client: Powertools' fields
+    const finished = e.jsonLines().filter((l) => l.message === 'invocation finished');
+    assert.equal(finished.length, 1, e.output().slice(-3_000));
+    assert.equal(finished[0]!.function_name, 'outbox-relay-test-relay');
+    assert.equal(finished[0]!.cold_start, true);
+    assert.match(String(finished[0]!.function_request_id), /^[0-9a-f-]{36}$/);
+
+    const runtime = e.runtimePids();
+    assert.equal(runtime.length, 1, 'one runtime process');
+    const backends = await backendPids(appName);
+    assert.ok(backends.length >= 1, 'the warm runtime keeps its connections');
+
+    await insertEvents(sql, f.table, Array.from({ length: 300 }, (_, i) => ({ aggregateid: `b-${i % 7}`, payload: { i } })));
+    const second = await e.invokeOk();
+    assert.equal(second.published, 300, JSON.stringify(second));
+    assert.deepEqual(e.runtimePids(), runtime, 'the same runtime process served both');
+    const after2 = await backendPids(appName);
+    for (const pid of after2) assert.ok(backends.includes(pid), `backend ${pid} is new in the warm invocation (before: ${backends.join(',')})`);
+    const finished2 = e.jsonLines().filter((l) => l.message === 'invocation finished');
+    assert.equal(finished2.at(-1)!.cold_start, false);
+    assert.equal((await consumeAll([f.topic('order')], 2_300, 30_000)).length, 2_300);
+  });
+
+  it('killed at the function timeout between a batch\'s ack and its COMMIT ("Task timed out", a failure): the next invocation re-sends exactly that batch and delivers the rest', async () => {
+    const f = await fixture(sql, 'riewindow');
+    const ids = await insertEvents(sql, f.table, Array.from({ length: 1_000 }, (_, i) => ({ aggregateid: `a-${i % 20}`, payload: { i } })));
+    const batch = 100;
+    // the relay's test hook holds the first batch in the crash window (acked, marks not committed)
+    // past the 5 s function timeout: the emulator kills the runtime there
+    const e = await emulator(f, 5, { OUTBOX_BATCH_SIZE: String(batch), OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS: '60000' });
+    const started = Date.now();
+    const killed = await e.invoke();
+    assert.equal(killed.outcome, 'timed-out', JSON.stringify(killed));
+    assert.ok(Date.now() - started < 5_000 + 3_000, 'killed at the timeout');
+    assert.ok(e.output().includes('test hook: pausing after publish'), 'it was killed in the window');
+    assert.equal((await counts(sql, f.table)).sent, 0, 'the killed batch was not marked');
+
+    // the next tick (a new runtime process, cold) without the hook: a second emulator is the
+    // same function after a configuration change, so its own runtime starts clean
+    const next = await emulator(f, 30, { OUTBOX_BATCH_SIZE: String(batch) });
+    const summary = await next.invokeOk();
+    assert.equal(summary.published, 1_000, JSON.stringify(summary));
+    assert.deepEqual(await counts(sql, f.table), { total: 1_000, sent: 1_000, parked: 0, pending: 0 });
+    const msgs = await consumeAll([f.topic('order')], 1_100, 30_000);
+    const copies = copiesById(msgs);
+    assert.deepEqual(new Set(copies.keys()), new Set(ids), 'every row is on Kafka');
+    const twice = new Set([...copies].filter(([, n]) => n === 2).map(([id]) => id));
+    assert.equal(msgs.length, 1_000 + batch, 'exactly one batch sent twice');
+    assert.deepEqual(twice, new Set(ids.slice(0, batch)), 'the batch in the window, and only it');
+  });
+
+  it('the function frozen at an arbitrary point (its runtime process SIGSTOPped) is killed by the emulator at the timeout; the next tick, a cold start, recovers: nothing lost, at most one batch sent twice', async (t) => {
+    const f = await fixture(sql, 'rietimeout');
+    const appName = `rietimeout-${f.table}`;
+    const ids = await insertEvents(sql, f.table, Array.from({ length: 20_000 }, (_, i) => ({ aggregateid: `a-${i % 50}`, payload: { i } })));
+    const batch = 100;
+    const e = await emulator(f, 8, { OUTBOX_CLIENT_ID: appName, OUTBOX_BATCH_SIZE: String(batch) });
+    const invocation = e.invoke();
+    // mid-invocation (some batches marked, most rows pending), the function stops running: frozen
+    // as a process is when its CPU share runs out or it hangs in native code; it cannot return,
+    // so the emulator's timer is what ends it
+    await untilSent(f.table, 500, invocation, e);
+    const [runtime] = e.runtimePids();
+    assert.ok(runtime, 'the runtime process');
+    process.kill(runtime, 'SIGSTOP');
+    const sentAtFreeze = (await counts(sql, f.table)).sent;
+    const [open] = await sql<{ n: number }[]>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = ${appName} AND xact_start IS NOT NULL`;
+    t.diagnostic(`frozen after ${sentAtFreeze} rows marked, with ${open!.n} transaction(s) of it open`);
+    const killed = await invocation;
+    assert.equal(killed.outcome, 'timed-out', JSON.stringify(killed));
+    assert.ok(sentAtFreeze < 20_000);
+    // the runtime was killed, and with it its connections: no transaction of it is left open
+    // (Postgres ends a backend whose client went away, rolling its batch back)
+    const gone = Date.now() + 10_000;
+    while ((await sql<{ n: number }[]>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = ${appName} AND xact_start IS NOT NULL`)[0]!.n > 0) {
+      assert.ok(Date.now() < gone, 'the killed invocation left a transaction open');
+      await new Promise((r) => setTimeout(r, 100));
+    }
+
+    // the next tick: a new runtime (the emulator restarts it, a cold start, as Lambda does)
+    let total = 0;
+    for (let i = 0; i < 5 && (await counts(sql, f.table)).pending > 0; i++) total += (await e.invokeOk()).published;
+    assert.deepEqual(await counts(sql, f.table), { total: 20_000, sent: 20_000, parked: 0, pending: 0 });
+    assert.notDeepEqual(e.runtimePids(), [runtime], 'a new runtime process');
+    const msgs = await consumeAll([f.topic('order')], 20_000, 60_000);
+    const copies = copiesById(msgs);
+    assert.deepEqual(new Set(copies.keys()), new Set(ids), 'every row is on Kafka');
+    const twice = [...copies.values()].filter((n) => n === 2).length;
+    assert.ok([...copies.values()].every((n) => n <= 2), 'no row more than twice');
+    // the batch acked but not committed when the function froze, if any: at most one batch
+    assert.ok(twice <= batch, `${twice} rows sent twice; a batch is ${batch}`);
+    t.diagnostic(`${twice} rows sent twice; ${total} relayed after the kill`);
+    assert.equal(total + sentAtFreeze >= 20_000, true, `recovered ${total} after ${sentAtFreeze} marked before the freeze`);
+  });
+
+  it("the database frozen mid-invocation (the relay's own backends SIGSTOPped): the handler fails before the function timeout, with the deadline the runtime gave it, not killed by the emulator", async (t) => {
+    const f = await fixture(sql, 'riedbstop');
+    const appName = `riedbstop-${f.table}`;
+    // enough that the invocation is still busy when the test freezes the database after 500 rows
+    await insertEvents(sql, f.table, Array.from({ length: 5_000 }, (_, i) => ({ aggregateid: `a-${i % 50}`, payload: { i } })));
+    // 8 s function, the relay's margin 2 s: it must give up by ~6 s on its own
+    const e = await emulator(f, 8, { OUTBOX_CLIENT_ID: appName, OUTBOX_BATCH_SIZE: '20', OUTBOX_SAFETY_MARGIN_MS: '2000' });
+    const started = Date.now();
+    const invocation = e.invoke();
+    const frozen: number[] = [];
+    let result: Invocation;
+    try {
+      await untilSent(f.table, 500, invocation, e);
+      for (const pid of await backendPids(appName)) {
+        process.kill(pid, 'SIGSTOP');
+        frozen.push(pid);
+      }
+      assert.ok(frozen.length > 0, "the relay's backends");
+      result = await invocation;
+    } finally {
+      for (const pid of frozen) process.kill(pid, 'SIGCONT');
+    }
+    const tookMs = Date.now() - started;
+    t.diagnostic(`answered after ${tookMs} ms: ${JSON.stringify(result).slice(0, 300)}`);
+    // a failed invocation (Lambda's Errors metric), named by the relay, not the emulator's kill
+    assert.equal(result.outcome, 'error', JSON.stringify(result));
+    assert.equal((result as { errorType?: string }).errorType, 'DatabaseError', JSON.stringify(result));
+    assert.match(String((result as { errorMessage?: string }).errorMessage), /the database did not answer in time/);
+    assert.ok(tookMs < 8_000, `answered after ${tookMs} ms; the function timeout is 8 s`);
+    // and the same warm runtime carries on once the database is back (batches of 20 on a busy
+    // machine: it may take more than one 6 s invocation)
+    const runtime = e.runtimePids();
+    let last: Summary | undefined;
+    for (let i = 0; i < 5 && last?.stoppedBecause !== 'empty'; i++) last = await e.invokeOk();
+    assert.equal(last?.stoppedBecause, 'empty', JSON.stringify(last));
+    assert.deepEqual(e.runtimePids(), runtime, 'the same runtime process');
+    assert.deepEqual(await counts(sql, f.table), { total: 5_000, sent: 5_000, parked: 0, pending: 0 });
+  });
+});
