@@ -125,7 +125,7 @@ class Invocation {
   /** linger mode only: waits for new rows once nothing is left to claim */
   private readonly idle: Idle | undefined;
   /** the latest claim: when it started, the notifications it had seen, and whether any pending row is news to it (Idle.wait) */
-  private lastClaim = { at: 0, seen: 0, anyRowWakes: false };
+  private lastClaim = { at: 0, seen: 0, anyRowWakes: false, claimAgain: false, recheck: false };
 
   constructor(
     private readonly deps: RelayDeps,
@@ -158,6 +158,12 @@ class Invocation {
     if (!this.idle || !LINGERS_AFTER.has(this.summary.stoppedBecause)) return undefined;
     // the last COMMIT's answer first: a failed one fails the invocation now, not when it ends
     await timed(this.summary, 'commit', this.commits.answered());
+    if (this.lastClaim.claimAgain && this.budgetAllowsBatch()) {
+      // see stopOnEmptyClaim: once, right away (like the loop's own claim once more, not a wake-up)
+      const again = this.claim();
+      this.lastClaim.recheck = true;
+      return timed(this.summary, 'claim', again);
+    }
     const woke = await timed(this.summary, 'idle', this.idle.wait(this.deadline, this.deadline.at - this.batchReserveMs(), this.lastClaim));
     if (!woke) return undefined;
     this.summary.wakeups[woke]++;
@@ -214,10 +220,12 @@ class Invocation {
     if (this.stuckAggregates.size > 0) return this.stop('behind-foreign-locks');
     if (this.backedOffTopics.size > 0) return this.stop('topics-backed-off');
     const why = await this.deps.store.nothingClaimable(this.deadline);
-    // 'locked': rows are claimable but this claim did not get them: other transactions hold them,
-    // or they committed after the claim's snapshot. Either way the poll's first probe must not
-    // take them for old ones (they would wait for RECLAIM_MS): any pending row wakes the wait.
-    this.lastClaim.anyRowWakes = why === 'empty' || why === 'locked';
+    this.lastClaim.anyRowWakes = why === 'empty';
+    // 'locked': rows are claimable but this claim did not get them. Other transactions hold them,
+    // or they committed after the claim's snapshot; a poll's first probe would take the latter for
+    // old rows, and they would wait for RECLAIM_MS (a NOTIFY has no such gap: it comes after the
+    // claim started). So a polling linger claims once more, right away, and then waits.
+    this.lastClaim.claimAgain = why === 'locked' && !this.lastClaim.recheck && this.idle?.polling === true;
     return this.stop(why);
   }
 
@@ -366,7 +374,7 @@ class Invocation {
   /** Open a batch transaction and claim into it; `after`: follow that transaction's COMMIT on its connection. */
   private async claim(after?: BatchTransaction, inFlight: string[] = []): Promise<Batch> {
     const startedAt = Date.now();
-    this.lastClaim = { at: startedAt, seen: this.idle?.seen() ?? 0, anyRowWakes: false };
+    this.lastClaim = { at: startedAt, seen: this.idle?.seen() ?? 0, anyRowWakes: false, claimAgain: false, recheck: false };
     const tx = await this.deps.store.begin(this.deadline, after);
     try {
       const rows = await tx.claim(this.deps.config.batchSize, {

@@ -10,9 +10,10 @@
 //   every producer COMMIT that inserted rows. The claim follows the notification at once.
 // - poll (PgBouncer in transaction mode, RDS Proxy, or LISTEN refused): every OUTBOX_POLL_MS, one
 //   index probe for the newest pending row (newestPendingSql). A row newer than the newest seen
-//   when the wait began wakes the invocation; when the wait began with nothing pending at all, or
-//   with claimable rows the claim did not get (other transactions held them, or they committed
-//   after its snapshot), any pending row does.
+//   when the wait began wakes the invocation; when the wait began with nothing pending at all,
+//   any pending row does. A claim that found claimable rows it could not get (held by others, or
+//   committed after its snapshot: the probe would take those for old rows) is followed by one
+//   more claim before the wait (Invocation.linger).
 // - both: a claim at least every RECLAIM_MS, whatever the signals say. Rows also become claimable
 //   without an insert (a backoff ends, another invocation rolls back, a foreign lock is released)
 //   and a row can commit with a lower seq than one already seen (seq is taken at INSERT, not at
@@ -44,6 +45,11 @@ export class Idle {
     this.mode = config.wake;
   }
 
+  /** Learning of new rows by the probe (OUTBOX_WAKE=poll, or LISTEN failed or was lost). */
+  get polling(): boolean {
+    return this.mode === 'poll';
+  }
+
   /** The count a claim starting now has seen: notifications after it mean rows it may have missed. */
   seen(): number {
     return this.notifications;
@@ -52,9 +58,8 @@ export class Idle {
   /**
    * Wait until rows may be claimable: resolves with why, or undefined when `until` (epoch ms)
    * comes first. `since.seen`: the count seen() gave when the last claim started; `since.at`: when
-   * it started; `since.anyRowWakes`: any pending row is news (that claim found none pending, or
-   * found claimable rows it could not take); otherwise the first probe only learns where the
-   * pending rows end.
+   * it started; `since.anyRowWakes`: any pending row is news (that claim found none pending);
+   * otherwise the first probe only learns where the pending rows end.
    */
   async wait(deadline: Deadline, until: number, since: { seen: number; at: number; anyRowWakes: boolean }): Promise<WakeReason | undefined> {
     if (this.mode === 'notify' && !this.listening) {
