@@ -52,6 +52,8 @@ export interface Config {
     idle: 'exit' | 'linger';
     /** how a lingering invocation learns of new rows: LISTEN/NOTIFY (a direct connection) or a probe every pollMs */
     wake: 'notify' | 'poll';
+    /** OUTBOX_WAKE was not set: the Runtime picks poll when it finds a pooler in between */
+    wakeDefaulted: boolean;
     /** the probe's period when wake = poll */
     pollMs: number;
   };
@@ -210,6 +212,7 @@ function outboxConfig(read: EnvReader, prepare: boolean): Config['outbox'] {
     // Proxy): LISTEN does not work through the first and pins a session of the second, so polling
     // is the default there
     wake: read.oneOf('OUTBOX_WAKE', ['notify', 'poll'] as const, prepare ? 'notify' : 'poll'),
+    wakeDefaulted: read.str('OUTBOX_WAKE') === undefined,
     pollMs: read.int('OUTBOX_POLL_MS', 250, 10, 60_000),
   };
 }

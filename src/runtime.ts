@@ -141,13 +141,23 @@ export class Runtime {
     return this.publisherInstance;
   }
 
+  /**
+   * The outbox settings for an invocation. A pooler found at connect (database()) also decides
+   * how a lingering invocation learns of new rows, unless OUTBOX_WAKE says: LISTEN through a
+   * transaction pooler succeeds but hears nothing, so poll.
+   */
+  private outboxConfig(): Config['outbox'] {
+    const o = this.config.outbox;
+    return !this.prepare && this.config.database.prepare && o.wakeDefaulted ? { ...o, wake: 'poll' } : o;
+  }
+
   /** One invocation: the loop of docs/DESIGN.md ("The invocation loop"), deadline = now + remaining - safety margin. */
   async invoke(remainingMs: number, logger: Logger = this.logger): Promise<Summary> {
     const deadline = Deadline.fromRemaining(remainingMs, this.config.outbox.safetyMarginMs);
     const deps = (store: OutboxStore) => ({
       store,
       publisher: this.publisher(),
-      config: this.config.outbox,
+      config: this.outboxConfig(),
       logger,
       pauseAfterPublishMs: this.config.testPauseAfterPublishMs,
     });

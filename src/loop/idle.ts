@@ -79,6 +79,8 @@ export class Idle {
       if (this.mode === 'poll' && now >= nextProbe) {
         nextProbe = now + this.config.pollMs;
         const found = await this.store.newestPending(deadline);
+        // a probe may answer late (a busy database): no batch may start past `until`
+        if (Date.now() >= until) return undefined;
         // the first probe of a wait that began with rows pending only learns where they end
         if (newest === undefined) newest = found ?? null;
         else if (found !== null && (newest === null || isAfter(found, newest))) return 'probe';

@@ -72,6 +72,25 @@ describe('the default DATABASE_PREPARE=true meets a transaction pooler', () => {
     }
   });
 
+  it('linger mode through the pooler with nothing set: the pooler found at connect also makes the wait poll (a LISTEN through it would hear nothing), and a new row is sent within 3 s', async () => {
+    const f = await fixture(sql, 'pooledlinger');
+    const rt = new Runtime(loadConfig({ ...relayEnv(f.env, POOLER_DATABASE_URL), OUTBOX_IDLE: 'linger', OUTBOX_POLL_MS: '100', OUTBOX_RETAIN_SENT_MS: '0' }), capturingLogger([]));
+    try {
+      const invocation = rt.invoke(6_000);
+      await new Promise((r) => setTimeout(r, 1_500));
+      await insertEvents(sql, f.table, [{ aggregateid: 'late' }]);
+      const insertedAt = Date.now();
+      const summary = await invocation;
+      assert.equal(summary.published, 1, JSON.stringify(summary));
+      assert.equal(summary.wakeups.notified, 0, JSON.stringify(summary.wakeups));
+      assert.ok(summary.wakeups.probe >= 1, `the probe found the row: ${JSON.stringify(summary.wakeups)}`);
+      const [row] = await sql.unsafe<{ sent_ms: number }[]>(`SELECT (extract(epoch FROM sent_at) * 1000)::float8 AS sent_ms FROM ${qualified(parseTableName(f.table))}`);
+      assert.ok(row!.sent_ms - insertedAt < 3_000, `sent ${Math.round(row!.sent_ms - insertedAt)} ms after its insert`);
+    } finally {
+      await rt.close();
+    }
+  });
+
   it('CLI, 3 concurrent invokers × 3 rounds through PgBouncer with nothing set: every invocation succeeds, every row once, in order per aggregate', async () => {
     const f = await fixture(sql, 'pooled', ['order'], 3);
     const ids = await insertEvents(sql, f.table, Array.from({ length: 6_000 }, (_, i) => ({ aggregateid: `a-${(i * 7919) % 200}`, payload: { i } })));

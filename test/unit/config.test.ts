@@ -30,6 +30,17 @@ describe('loadConfig', () => {
     assert.equal(c.outbox.maxMessageBytes, undefined);
   });
 
+  it('linger: OUTBOX_WAKE defaults to notify, to poll with DATABASE_PREPARE=false (a pooler), and says when it was defaulted', () => {
+    const base = { DATABASE_URL: 'postgres://u:p@h:5432/d', KAFKA_BROKERS: 'k:9092' };
+    assert.deepEqual(pick(loadConfig(base).outbox), { idle: 'exit', wake: 'notify', wakeDefaulted: true, pollMs: 250 });
+    assert.deepEqual(pick(loadConfig({ ...base, DATABASE_PREPARE: 'false' }).outbox), { idle: 'exit', wake: 'poll', wakeDefaulted: true, pollMs: 250 });
+    assert.deepEqual(pick(loadConfig({ ...base, DATABASE_PREPARE: 'false', OUTBOX_WAKE: 'notify', OUTBOX_IDLE: 'linger', OUTBOX_POLL_MS: '50' }).outbox), { idle: 'linger', wake: 'notify', wakeDefaulted: false, pollMs: 50 });
+    assert.throws(() => loadConfig({ ...base, OUTBOX_IDLE: 'sleep', OUTBOX_POLL_MS: '5' }), /OUTBOX_IDLE="sleep" is not one of exit, linger[\s\S]*OUTBOX_POLL_MS=5 is out of range/);
+    function pick(o: ReturnType<typeof loadConfig>['outbox']) {
+      return { idle: o.idle, wake: o.wake, wakeDefaulted: o.wakeDefaulted, pollMs: o.pollMs };
+    }
+  });
+
   it('reads every knob', () => {
     const c = loadConfig({
       DATABASE_SECRET_ID: 'outbox/db',
