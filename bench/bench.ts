@@ -403,7 +403,7 @@ async function measureAll(
   // Debezium next to each client's relay
   const sides = peer ? CLIENTS.map((c) => peerReport([`relay:${c}`, `relayDelete:${c}`, 'debezium'].map((k) => (all.get(k)?.length ? m(k) : undefined)) as Parameters<typeof peerReport>[0], REPEAT)) : [];
   if (only) {
-    for (const side of sides) console.log(side.text);
+    sides.forEach((side, i) => console.log(`\n${CLIENTS[i]}:${side.text}`));
     if (Object.keys(extraResults).length || sides.length) console.log(`\n${JSON.stringify({ cores: availableParallelism(), ...extraResults, ...(sides.length ? { peer: Object.fromEntries(sides.map((x, i) => [CLIENTS[i]!, x.json])) } : {}) })}`);
     return;
   }
@@ -454,7 +454,7 @@ async function measureAll(
   const waitingRatios = [waitingParked, waitingBackoff].map((w) => w.perSec / sqlGuarded.perSec);
   console.log(`with ${WAITING_ROWS.toLocaleString('en-US')} rows waiting: claim+mark at ${waitingRatios.map((r) => r.toFixed(2)).join(' (parked) and ')} (backoff) of the clean rate (goal ≥ 0.85)`);
   for (const w of [waitingParked, waitingBackoff]) if (w.note) console.log(`  ${w.note}`);
-  for (const side of sides) console.log(side.text);
+  sides.forEach((side, i) => console.log(`\n${CLIENTS[i]}:${side.text}`));
   console.log('');
   console.log(
     JSON.stringify({

@@ -158,7 +158,7 @@ export function claimUnguardedSql(t: string): string {
   return `
 SELECT seq, id, aggregatetype, aggregateid, type, payload::text AS payload, topic, headers, attempts
 FROM ${t}
-WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL AND next_attempt_at <= now()
+WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL AND NOT waiting AND next_attempt_at <= now()
 ORDER BY seq
 LIMIT $1
 FOR UPDATE SKIP LOCKED`;
