@@ -177,7 +177,9 @@ export class Runtime {
           continue;
         }
         const before = (err as { summary?: Summary }).summary;
-        if (!reconnected && isConnectionLost(err.cause) && before?.batches === 0 && before.published === 0) {
+        // connectionLost: the client's onclose saw it first (the statement before the claim, the
+        // waiting marks' probe, met the closed socket), and the claim refused to write to it
+        if (!reconnected && (isConnectionLost(err.cause) || this.connectionLost) && before?.batches === 0 && before.published === 0) {
           // The warm client's connections were closed while the container sat idle (failover,
           // pg_terminate_backend, a proxy's idle timeout) and the first statement found out.
           // Nothing was claimed yet: build a new client once instead of failing the invocation.
