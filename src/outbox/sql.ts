@@ -42,14 +42,7 @@ import type { ParkedPolicy } from '../config.ts';
  */
 export function claimSql(t: string, policy: ParkedPolicy): string {
   return `
-WITH blocked AS MATERIALIZED (
-  -- only rows that failed at least once (partial index on attempts > 0): normally none
-  SELECT aggregateid, min(seq) AS first_blocked
-  FROM ${t}
-  WHERE sent_at IS NULL AND skipped_at IS NULL AND attempts > 0
-    AND (${blockingRows(policy)})
-  GROUP BY aggregateid
-),
+WITH blocked AS MATERIALIZED (${blockedAggregates(t, policy)}),
 held AS MATERIALIZED (
   -- first row per aggregate bound for a backed-off topic; a one-time filter skips the scan when none is
   SELECT aggregateid, min(seq) AS first_held
@@ -172,13 +165,7 @@ FOR UPDATE SKIP LOCKED`;
  */
 export function whyEmptySql(t: string, policy: ParkedPolicy): string {
   return `
-WITH blocked AS MATERIALIZED (
-  SELECT aggregateid, min(seq) AS first_blocked
-  FROM ${t}
-  WHERE sent_at IS NULL AND skipped_at IS NULL AND attempts > 0
-    AND (${blockingRows(policy)})
-  GROUP BY aggregateid
-)
+WITH blocked AS MATERIALIZED (${blockedAggregates(t, policy)})
 SELECT
   EXISTS (
     SELECT 1 FROM ${t} r
@@ -204,6 +191,21 @@ export function newestPendingSql(t: string): string {
   return `
 SELECT max(seq)::text AS newest FROM ${t}
 WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL AND NOT waiting`;
+}
+
+/**
+ * Per aggregate, its first blocking row (blockingRows): the claim leaves out what follows it,
+ * the why-empty check and the waiting marks read the same. Only rows that failed at least once
+ * are read (partial index on attempts > 0): normally none. `only`: a further condition.
+ */
+function blockedAggregates(t: string, policy: ParkedPolicy, only?: string): string {
+  return `
+  SELECT aggregateid, min(seq) AS first_blocked
+  FROM ${t}
+  WHERE sent_at IS NULL AND skipped_at IS NULL AND attempts > 0
+    AND (${blockingRows(policy)})${only ? `\n    AND (${only})` : ''}
+  GROUP BY aggregateid
+`;
 }
 
 /** The failed rows that hold their aggregate's later rows back: backing off, and parked under `hold`. */
@@ -373,14 +375,7 @@ function waitingAggregates(t: string): string {
  */
 export function markWaitingSql(t: string, policy: ParkedPolicy): string {
   return `
-WITH blocked AS MATERIALIZED (
-  SELECT aggregateid, min(seq) AS first_blocked
-  FROM ${t}
-  WHERE sent_at IS NULL AND skipped_at IS NULL AND attempts > 0
-    AND (${blockingRows(policy)})
-    AND ($1::text[] IS NULL OR aggregateid = ANY ($1::text[]))
-  GROUP BY aggregateid
-),
+WITH blocked AS MATERIALIZED (${blockedAggregates(t, policy, '$1::text[] IS NULL OR aggregateid = ANY ($1::text[])')}),
 since AS MATERIALIZED (
   -- where to start: after the last row already marked (a backward probe of the waiting index)
   SELECT b.aggregateid, greatest(b.first_blocked, coalesce(
