@@ -44,9 +44,9 @@ export interface Config {
     parkedPolicy: ParkedPolicy;
     /** upper bound for one encoded message; undefined = ask the broker */
     maxMessageBytes?: number;
-    /** keep: mark sent rows (sent_at) and prune them after retainSentMs; delete: delete them when acked */
+    /** keep: move acked rows to the sent table (migration 005) and prune them after retainSentMs; delete: delete them when acked */
     sentRows: 'keep' | 'delete';
-    /** delete sent rows older than this many ms at the end of an invocation; 0 = never */
+    /** delete sent (and skipped) rows older than this many ms, alongside the loop; 0 = never */
     retainSentMs: number;
     /** when nothing is left to send: exit, or linger until the budget is spent, waking on new rows (src/loop/idle.ts) */
     idle: 'exit' | 'linger';

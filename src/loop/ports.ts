@@ -5,6 +5,12 @@ import type { Deadline } from '../budget.ts';
 import type { OutboxRow } from '../kafka/message.ts';
 import type { Failure } from './settlement.ts';
 
+/**
+ * Where retention deletes old rows (src/outbox/sql.ts pruneSql): the sent table, sent rows left in
+ * the outbox by versions before migration 005, and skipped rows.
+ */
+export type PruneTarget = 'sent' | 'legacy-sent' | 'skipped';
+
 export interface ClaimedRow extends OutboxRow {
   /** false: an earlier unsent row of its aggregate is outside this claim, so this one waits (G4) */
   publishable: boolean;
@@ -67,5 +73,5 @@ export interface Store {
    */
   watchInserts(deadline: Deadline, on: { insert(): void; lost(err: unknown): void }): Promise<InsertWatch>;
   /** One retention chunk (see OutboxStore.pruneChunk): rows deleted, fewer than `limit` when none older is left. */
-  pruneChunk(column: 'sent_at' | 'skipped_at', retainMs: number, limit: number, deadline: Deadline): Promise<number>;
+  pruneChunk(what: PruneTarget, retainMs: number, limit: number, deadline: Deadline): Promise<number>;
 }

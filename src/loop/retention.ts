@@ -7,10 +7,13 @@
 import { BatchTimer, type Deadline } from '../budget.ts';
 import { DeadlineExceededError } from '../errors.ts';
 import type { Logger } from '../log.ts';
-import type { Store } from './ports.ts';
+import type { PruneTarget, Store } from './ports.ts';
 
 /** rows per chunk: one short transaction each (a few tens of milliseconds) */
 export const PRUNE_CHUNK_ROWS = 5_000;
+
+/** sent rows first (they are nearly all of them), then the few left by older versions, then skipped ones */
+const PRUNE_TARGETS: readonly PruneTarget[] = ['sent', 'legacy-sent', 'skipped'];
 
 export class Retention {
   private stopped = false;
@@ -22,15 +25,15 @@ export class Retention {
     private readonly logger: Logger,
   ) {}
 
-  /** Deletes chunks (sent rows, then skipped ones) until none older than the window is left, the deadline nears, or stop(). Resolves with the number deleted; never rejects. */
+  /** Deletes chunks (sent rows, then skipped ones: PRUNE_TARGETS) until none older than the window is left, the deadline nears, or stop(). Resolves with the number deleted; never rejects. */
   async run(deadline: Deadline): Promise<number> {
     let deleted = 0;
     try {
-      for (const column of ['sent_at', 'skipped_at'] as const) {
+      for (const what of PRUNE_TARGETS) {
         for (;;) {
           if (this.stopped || !deadline.fits(this.timer.expected())) return deleted;
           const started = Date.now();
-          const n = await this.store.pruneChunk(column, this.retainMs, PRUNE_CHUNK_ROWS, deadline);
+          const n = await this.store.pruneChunk(what, this.retainMs, PRUNE_CHUNK_ROWS, deadline);
           this.timer.record(Date.now() - started);
           deleted += n;
           if (n < PRUNE_CHUNK_ROWS) break;

@@ -33,6 +33,24 @@ export function derivedName(t: TableName, suffix: string): string {
   return quoteIdent(`${t.name.slice(0, 63 - suffix.length - 1)}_${suffix}`);
 }
 
+/**
+ * The table that keeps sent rows in `keep` mode (migration 005): the outbox table's name with
+ * `_sent`, in the same schema. A name too long for that keeps its first 45 characters and a hash
+ * of the whole, so two long outbox names never share a sent table.
+ */
+export function sentTable(t: TableName): TableName {
+  const name = `${t.name}_sent`;
+  if (name.length <= 63) return { schema: t.schema, name };
+  return { schema: t.schema, name: `${t.name.slice(0, 45)}_${fnv1a(t.name)}_sent` };
+}
+
+/** FNV-1a, 32 bits, as 8 hex digits: a short stable hash for truncated names */
+function fnv1a(s: string): string {
+  let h = 0x811c9dc5;
+  for (const b of Buffer.from(s)) h = Math.imul(h ^ b, 0x01000193) >>> 0;
+  return h.toString(16).padStart(8, '0');
+}
+
 export function displayName(t: TableName): string {
   return t.schema ? `${t.schema}.${t.name}` : t.name;
 }
@@ -45,9 +63,7 @@ export function displayName(t: TableName): string {
 export function notifyChannel(t: TableName): string {
   const full = `outbox:${displayName(t)}`;
   if (Buffer.byteLength(full) <= 63) return full;
-  let h = 0x811c9dc5; // FNV-1a, 32 bits
-  for (const b of Buffer.from(full)) h = Math.imul(h ^ b, 0x01000193) >>> 0;
-  return `${full.slice(0, 54)}#${h.toString(16).padStart(8, '0')}`;
+  return `${full.slice(0, 54)}#${fnv1a(full)}`;
 }
 
 export function quoteLiteral(s: string): string {

@@ -4,7 +4,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Sql } from 'postgres';
-import { derivedName, displayName, notifyChannel, qualified, quoteIdent, quoteLiteral, type TableName } from './identifier.ts';
+import { derivedName, displayName, notifyChannel, qualified, quoteIdent, quoteLiteral, sentTable, type TableName } from './identifier.ts';
 
 export interface Migration {
   version: number;
@@ -43,6 +43,8 @@ export function render(sqlText: string, table: TableName): string {
     notify_fn: table.schema ? `${quoteIdent(table.schema)}.${derivedName(table, 'notify')}` : derivedName(table, 'notify'),
     notify_trigger: derivedName(table, 'notify'),
     channel: quoteLiteral(notifyChannel(table)),
+    sent_table: qualified(sentTable(table)),
+    idx_sent_table: derivedName(sentTable(table), 'sent_at_idx'),
   };
   return sqlText.replace(/\{\{(\w+)\}\}/g, (_, key: string) => {
     const v = names[key];

@@ -2,6 +2,7 @@
 // EXPLAINed. `{t}` is the validated, quoted table name (see identifier.ts); values are always
 // bound parameters.
 import type { ParkedPolicy } from '../config.ts';
+import type { PruneTarget } from '../loop/ports.ts';
 
 /**
  * Claim up to $1 pending, due rows in seq order and apply the order guard (G4), in one statement
@@ -214,7 +215,29 @@ function blockingRows(policy: ParkedPolicy, alias?: string): string {
   return `${policy === 'hold' ? `${c}parked_at IS NOT NULL OR ` : ''}${c}next_attempt_at > now()`;
 }
 
-export function markSentSql(t: string): string {
+/**
+ * OUTBOX_SENT_ROWS=keep (the default): acked rows move, whole, from the outbox `t` to its sent
+ * table `sent` (migration 005), in the batch transaction, stamped with sent_at. One statement: the
+ * DELETE's RETURNING feeds the INSERT. A rollback (a crash, a failed COMMIT, the premark's
+ * savepoint) undoes both halves, so a row is either unsent in the outbox or sent in `sent`.
+ */
+export function moveSentSql(t: string, sent: string): string {
+  return `
+WITH moved AS (
+  DELETE FROM ${t}
+  WHERE seq = ANY($1::bigint[]) AND sent_at IS NULL
+  RETURNING id, aggregatetype, aggregateid, type, payload, topic, headers, seq, created_at, attempts
+)
+INSERT INTO ${sent} (id, aggregatetype, aggregateid, type, payload, topic, headers, seq, created_at, sent_at, attempts)
+SELECT id, aggregatetype, aggregateid, type, payload, topic, headers, seq, created_at, now(), attempts
+FROM moved`;
+}
+
+/**
+ * How versions before migration 005 marked a row sent: a second version of the row, in place.
+ * Kept for the benchmark's comparison only (bench/bench.ts, sqlMarkInPlace); the relay never runs it.
+ */
+export function markInPlaceSql(t: string): string {
   return `
 UPDATE ${t} SET sent_at = now(), last_error = NULL
 WHERE seq = ANY($1::bigint[]) AND sent_at IS NULL`;
@@ -245,12 +268,28 @@ WHERE r.seq = f.seq`;
 }
 
 /**
- * Retention, one chunk: delete up to $2 rows sent more than $1 ms ago, oldest first (through the
- * sent_at index), skipping rows someone else holds. `column` is sent_at or skipped_at (skipped rows
- * are kept for audit as long as sent ones). Chunks keep each transaction short; the caller repeats
- * them until a chunk comes back short.
+ * Retention, one chunk: delete up to $2 rows sent (or skipped) more than $1 ms ago, oldest first,
+ * skipping rows someone else holds. Chunks keep each transaction short; the caller repeats them
+ * until a chunk comes back short. Three places hold such rows:
+ * - `sent`: the sent table (migration 005), through its sent_at index;
+ * - `legacy-sent`: rows that versions before migration 005 marked sent in the outbox itself
+ *   (its sent_at index is empty once they are gone: one probe per invocation);
+ * - `skipped`: rows an operator skipped, kept in the outbox for audit as long as sent ones.
+ * In the sent table rows are found by ctid: it has no key, and a TID scan needs none.
  */
-export function pruneSql(t: string, column: 'sent_at' | 'skipped_at'): string {
+export function pruneSql(t: string, sent: string, what: PruneTarget): string {
+  if (what === 'sent') {
+    return `
+DELETE FROM ${sent}
+WHERE ctid = ANY (ARRAY(
+  SELECT ctid FROM ${sent}
+  WHERE sent_at < now() - $1 * interval '1 millisecond'
+  ORDER BY sent_at
+  LIMIT $2
+  FOR UPDATE SKIP LOCKED
+))`;
+  }
+  const column = what === 'skipped' ? 'skipped_at' : 'sent_at';
   return `
 DELETE FROM ${t}
 WHERE seq IN (

@@ -7,10 +7,10 @@ import type { ParkedPolicy } from '../config.ts';
 import type { Deadline } from '../budget.ts';
 import { DatabaseError, DeadlineExceededError } from '../errors.ts';
 import { socketsFlushed } from '../event-loop.ts';
-import type { BatchTransaction, ClaimFilter, ClaimedRow, InsertWatch, NothingClaimable, Store } from '../loop/ports.ts';
+import type { BatchTransaction, ClaimFilter, ClaimedRow, InsertWatch, NothingClaimable, PruneTarget, Store } from '../loop/ports.ts';
 import type { Failure } from '../loop/settlement.ts';
 import * as q from './sql.ts';
-import { notifyChannel, qualified, quoteIdent, type TableName } from './identifier.ts';
+import { notifyChannel, qualified, quoteIdent, sentTable, type TableName } from './identifier.ts';
 import postgres, { type PendingQuery, type ReservedSql, type Row, type Sql } from 'postgres';
 
 export type { ClaimedRow, Failure };
@@ -25,8 +25,9 @@ export class OutboxStore implements Store {
   readonly guarded: boolean;
   readonly markText: string;
   private readonly whyEmptyText: string;
-  private readonly pruneSentText: string;
-  private readonly pruneSkippedText: string;
+  /** where `keep` moves sent rows (migration 005) */
+  readonly sentTable: string;
+  private readonly pruneText: Record<PruneTarget, string>;
   readonly markWaitingText: string;
   readonly unwaitText: string;
   private readonly waitingWorkText: string;
@@ -50,16 +51,16 @@ export class OutboxStore implements Store {
     readonly sql: Sql,
     table: TableName,
     policy: ParkedPolicy,
-    { guard = true, prepare = true, sentRows = 'keep' }: { guard?: boolean; prepare?: boolean; sentRows?: 'keep' | 'delete' } = {},
+    { guard = true, prepare = true, sentRows = 'keep' }: { guard?: boolean; prepare?: boolean; sentRows?: 'keep' | 'delete' | 'mark-in-place' } = {},
   ) {
     this.prepared = { prepare };
     this.table = qualified(table);
     this.claimText = guard ? q.claimSql(this.table, policy) : q.claimUnguardedSql(this.table);
     this.guarded = guard;
-    this.markText = sentRows === 'delete' ? q.deleteSentSql(this.table) : q.markSentSql(this.table);
+    this.sentTable = qualified(sentTable(table));
+    this.markText = sentRows === 'delete' ? q.deleteSentSql(this.table) : sentRows === 'mark-in-place' ? q.markInPlaceSql(this.table) : q.moveSentSql(this.table, this.sentTable);
     this.whyEmptyText = q.whyEmptySql(this.table, policy);
-    this.pruneSentText = q.pruneSql(this.table, 'sent_at');
-    this.pruneSkippedText = q.pruneSql(this.table, 'skipped_at');
+    this.pruneText = { sent: q.pruneSql(this.table, this.sentTable, 'sent'), 'legacy-sent': q.pruneSql(this.table, this.sentTable, 'legacy-sent'), skipped: q.pruneSql(this.table, this.sentTable, 'skipped') };
     this.newestText = q.newestPendingSql(this.table);
     this.markWaitingText = q.markWaitingSql(this.table, policy);
     this.unwaitText = q.unwaitSql(this.table, policy);
@@ -107,17 +108,17 @@ export class OutboxStore implements Store {
 
   /**
    * One retention chunk: deletes up to `limit` rows sent (or skipped) more than `retainMs` ago,
-   * oldest first, in a transaction of its own whose statement_timeout ends with the deadline.
-   * Returns how many it deleted; fewer than `limit` means nothing older is left.
+   * oldest first, from one of the places that hold them (PruneTarget), in a transaction of its own
+   * whose statement_timeout ends with the deadline. Returns how many it deleted; fewer than `limit`
+   * means nothing older is left there.
    */
-  async pruneChunk(column: 'sent_at' | 'skipped_at', retainMs: number, limit: number, deadline: Deadline): Promise<number> {
+  async pruneChunk(what: PruneTarget, retainMs: number, limit: number, deadline: Deadline): Promise<number> {
     const stmtMs = String(Math.max(1, deadline.remaining()));
-    const text = column === 'sent_at' ? this.pruneSentText : this.pruneSkippedText;
     const deleted = this.sql.begin(async (tx) => {
       await tx`SELECT set_config('statement_timeout', ${stmtMs}, true)`;
-      return (await tx.unsafe(text, [retainMs, limit], this.prepared)).count;
+      return (await tx.unsafe(this.pruneText[what], [retainMs, limit], this.prepared)).count;
     });
-    return this.bounded(deadline, `pruning ${column === 'sent_at' ? 'sent' : 'skipped'} rows`, deleted);
+    return this.bounded(deadline, `pruning ${what === 'skipped' ? 'skipped' : 'sent'} rows`, deleted);
   }
 
   /**

@@ -32,6 +32,7 @@ import {
   markedIds,
   ROOT,
   runCli,
+  sentTableOf,
   servicesUp,
   startCli,
   topicCount,
@@ -74,7 +75,10 @@ async function rowStates(table: string): Promise<RowState[]> {
     `SELECT seq, id, aggregateid, topic, attempts, last_error,
             CASE WHEN isfinite(next_attempt_at) THEN extract(epoch FROM next_attempt_at - now()) * 1000 END AS due_in_ms,
             parked_at IS NOT NULL AS parked, sent_at IS NOT NULL AS sent, skipped_at IS NOT NULL AS skipped
-     FROM ${t(table)} ORDER BY seq`,
+     FROM ${t(table)}
+     UNION ALL
+     SELECT seq, id, aggregateid, topic, attempts, NULL, NULL, false, true, false FROM ${sentTableOf(table)}
+     ORDER BY seq`,
   );
   return rows.map((r) => ({ ...r, seq: Number(r.seq), due_in_ms: r.due_in_ms === null ? null : Number(r.due_in_ms) }));
 }
@@ -643,10 +647,10 @@ describe('database faults: a batch\'s COMMIT fails', () => {
     // one aggregate per row, so batch 2 is claimed while batch 1 is in flight, and is published
     // before batch 1's COMMIT has answered
     const ids = await insertEvents(sql, f.table, Array.from({ length: 300 }, (_, i) => ({ aggregateid: `c-${i}`, payload: { i } })));
-    // a real commit-time failure: a deferred constraint trigger rejects marking row i=50 sent
+    // a real commit-time failure: a deferred constraint trigger rejects moving row i=50 to the sent table
     await sql.unsafe(`CREATE FUNCTION ${f.table}_fail() RETURNS trigger LANGUAGE plpgsql AS $$
-      BEGIN IF NEW.sent_at IS NOT NULL AND NEW.payload->>'i' = '50' THEN RAISE EXCEPTION 'injected commit failure'; END IF; RETURN NEW; END $$`);
-    await sql.unsafe(`CREATE CONSTRAINT TRIGGER fail_at_commit AFTER UPDATE ON ${t(f.table)} DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION ${f.table}_fail()`);
+      BEGIN IF NEW.payload->>'i' = '50' THEN RAISE EXCEPTION 'injected commit failure'; END IF; RETURN NEW; END $$`);
+    await sql.unsafe(`CREATE CONSTRAINT TRIGGER fail_at_commit AFTER INSERT ON ${sentTableOf(f.table)} DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION ${f.table}_fail()`);
     const env = { ...f.env, OUTBOX_BATCH_SIZE: '100' };
     const res = await runCli(['invoke', '--timeout', '30000'], env);
     assert.equal(res.code, 1, `the invocation fails:\n${res.stderr.slice(-2_000)}`);
@@ -656,7 +660,7 @@ describe('database faults: a batch\'s COMMIT fails', () => {
     assert.deepEqual(await markedIds(sql, f.table), new Set(ids.slice(100, 200)));
     assert.equal(await topicCount([f.topic('order')]), 200, 'batch 3 was not published');
 
-    await sql.unsafe(`DROP TRIGGER fail_at_commit ON ${t(f.table)}`);
+    await sql.unsafe(`DROP TRIGGER fail_at_commit ON ${sentTableOf(f.table)}`);
     const s = await invoke(env, 30_000);
     assert.equal(s.published, 200);
     assert.deepEqual(await counts(sql, f.table), { total: 300, sent: 300, parked: 0, pending: 0 });

@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import kafkajs from 'kafkajs';
 import postgres, { type Sql } from 'postgres';
 import { migrate } from '../../src/outbox/migrate.ts';
-import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
+import { parseTableName, qualified, sentTable } from '../../src/outbox/identifier.ts';
 
 const { Kafka, logLevel } = kafkajs;
 
@@ -241,19 +241,32 @@ export async function invokeOk(env: Record<string, string>, timeoutMs = 20_000):
   return res.summary as never;
 }
 
+/** The quoted name of an outbox table's sent table (migration 005: where `keep` moves acked rows). */
+export function sentTableOf(table: string): string {
+  return qualified(sentTable(parseTableName(table)));
+}
+
+/**
+ * Rows in the outbox and its sent table. `sent` counts both the rows moved to the sent table and
+ * any marked sent in place (what versions before migration 005 did; tests set some up by hand).
+ */
 export async function counts(sql: Sql, table: string): Promise<{ total: number; sent: number; parked: number; pending: number }> {
   const t = qualified(parseTableName(table));
   const [r] = await sql.unsafe<{ total: string; sent: string; parked: string; pending: string }[]>(
-    `SELECT count(*) AS total, count(sent_at) AS sent, count(parked_at) FILTER (WHERE sent_at IS NULL) AS parked,
+    `SELECT count(*) + (SELECT count(*) FROM ${sentTableOf(table)}) AS total,
+            count(sent_at) + (SELECT count(*) FROM ${sentTableOf(table)}) AS sent,
+            count(parked_at) FILTER (WHERE sent_at IS NULL) AS parked,
             count(*) FILTER (WHERE sent_at IS NULL AND parked_at IS NULL AND skipped_at IS NULL) AS pending
      FROM ${t}`,
   );
   return { total: Number(r!.total), sent: Number(r!.sent), parked: Number(r!.parked), pending: Number(r!.pending) };
 }
 
-/** Ids of the rows marked sent. */
+/** Ids of the rows sent: in the sent table, or marked sent in the outbox. */
 export async function markedIds(sql: Sql, table: string): Promise<Set<string>> {
-  const rows = await sql.unsafe<{ id: string }[]>(`SELECT id FROM ${qualified(parseTableName(table))} WHERE sent_at IS NOT NULL`);
+  const rows = await sql.unsafe<{ id: string }[]>(
+    `SELECT id FROM ${sentTableOf(table)} UNION ALL SELECT id FROM ${qualified(parseTableName(table))} WHERE sent_at IS NOT NULL`,
+  );
   return new Set(rows.map((r) => r.id));
 }
 

@@ -16,7 +16,7 @@ import type { Logger } from '../../src/log.ts';
 import { OutboxStore } from '../../src/outbox/store.ts';
 import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
 import { Runtime } from '../../src/runtime.ts';
-import { consumeAll, copiesById, counts, db, DATABASE_URL, firstCopyOrder, fixture, insertEvents, isSorted, POOLER_DATABASE_URL, ROOT, runCli } from './helpers.ts';
+import { consumeAll, copiesById, counts, db, DATABASE_URL, firstCopyOrder, fixture, insertEvents, isSorted, POOLER_DATABASE_URL, ROOT, runCli, sentTableOf } from './helpers.ts';
 
 const POOLER_WARNING = 'the database connection goes through a connection pooler or proxy';
 
@@ -84,7 +84,7 @@ describe('the default DATABASE_PREPARE=true meets a transaction pooler', () => {
       assert.equal(summary.published, 1, JSON.stringify(summary));
       assert.equal(summary.wakeups.notified, 0, JSON.stringify(summary.wakeups));
       assert.ok(summary.wakeups.probe >= 1, `the probe found the row: ${JSON.stringify(summary.wakeups)}`);
-      const [row] = await sql.unsafe<{ sent_ms: number }[]>(`SELECT (extract(epoch FROM sent_at) * 1000)::float8 AS sent_ms FROM ${qualified(parseTableName(f.table))}`);
+      const [row] = await sql.unsafe<{ sent_ms: number }[]>(`SELECT (extract(epoch FROM sent_at) * 1000)::float8 AS sent_ms FROM ${sentTableOf(f.table)}`);
       assert.ok(row!.sent_ms - insertedAt < 3_000, `sent ${Math.round(row!.sent_ms - insertedAt)} ms after its insert`);
     } finally {
       await rt.close();

@@ -9,7 +9,7 @@ import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
 import { loadMigrations, migrate } from '../../src/outbox/migrate.ts';
 import { foreignGapsSql } from '../../src/outbox/sql.ts';
 import { Runtime } from '../../src/runtime.ts';
-import { consumeAll, counts, createTopics, db, fixture, insertEvents, startCli, uniqueName } from './helpers.ts';
+import { consumeAll, counts, createTopics, db, fixture, insertEvents, markedIds, sentTableOf, startCli, uniqueName } from './helpers.ts';
 
 let sql: Sql;
 before(() => {
@@ -134,18 +134,28 @@ describe('retention', () => {
   });
 
 
-  it('deletes sent rows older than OUTBOX_RETAIN_SENT_MS, keeps pending and recent ones', async () => {
+  it('deletes rows sent or skipped before OUTBOX_RETAIN_SENT_MS: in the sent table, left in the outbox by older versions, skipped; keeps pending and recent ones', async () => {
     const f = await fixture(sql, 'prune');
     const t = qualified(parseTableName(f.table));
-    await insertEvents(sql, f.table, Array.from({ length: 30 }, (_, i) => ({ aggregateid: `a-${i % 3}` })));
-    // 10 rows were sent two days ago; 20 are pending
-    await sql.unsafe(`UPDATE ${t} SET sent_at = now() - interval '2 days' WHERE seq IN (SELECT seq FROM ${t} ORDER BY seq LIMIT 10)`);
+    const sent = sentTableOf(f.table);
+    const first = await insertEvents(sql, f.table, Array.from({ length: 40 }, (_, i) => ({ aggregateid: `a-${i % 3}` })));
     const rt = new Runtime(loadConfig({ ...f.env, OUTBOX_LOG_LEVEL: 'warn' }), createLogger('warn'));
     try {
-      const s = await rt.invoke(20_000);
-      assert.equal(s.published, 20);
-      assert.equal(s.pruned, 10, 'only the rows sent before the retention window');
-      assert.deepEqual(await counts(sql, f.table), { total: 20, sent: 20, parked: 0, pending: 0 });
+      const s1 = await rt.invoke(20_000);
+      assert.equal(s1.published, 40);
+      assert.equal(s1.pruned, 0, 'nothing is a day old yet');
+      // 10 of them were sent two days ago
+      await sql.unsafe(`UPDATE ${sent} SET sent_at = now() - interval '2 days' WHERE id = ANY($1::uuid[])`, [first.slice(0, 10)]);
+      // of 30 more rows, 10 were marked sent in place two days ago (as before migration 005) and
+      // 5 skipped two days ago; 15 are pending
+      const more = await insertEvents(sql, f.table, Array.from({ length: 30 }, (_, i) => ({ aggregateid: `b-${i % 3}` })));
+      await sql.unsafe(`UPDATE ${t} SET sent_at = now() - interval '2 days' WHERE id = ANY($1::uuid[])`, [more.slice(0, 10)]);
+      await sql.unsafe(`UPDATE ${t} SET skipped_at = now() - interval '2 days' WHERE id = ANY($1::uuid[])`, [more.slice(10, 15)]);
+      const s2 = await rt.invoke(20_000);
+      assert.equal(s2.published, 15);
+      assert.equal(s2.pruned, 25, 'only the rows sent or skipped before the retention window, wherever they are');
+      assert.deepEqual(await counts(sql, f.table), { total: 45, sent: 45, parked: 0, pending: 0 });
+      assert.deepEqual(await markedIds(sql, f.table), new Set([...first.slice(10), ...more.slice(15)]));
     } finally {
       await rt.close();
     }
@@ -153,7 +163,7 @@ describe('retention', () => {
     try {
       await new Promise((r) => setTimeout(r, 10));
       const s = await rt2.invoke(20_000);
-      assert.equal(s.pruned, 20);
+      assert.equal(s.pruned, 45);
       assert.equal((await counts(sql, f.table)).total, 0);
     } finally {
       await rt2.close();

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { derivedName, displayName, notifyChannel, parseTableName, qualified, quoteIdent, quoteLiteral } from '../../src/outbox/identifier.ts';
+import { derivedName, displayName, notifyChannel, parseTableName, qualified, quoteIdent, quoteLiteral, sentTable } from '../../src/outbox/identifier.ts';
 import { loadMigrations, render } from '../../src/outbox/migrate.ts';
 
 describe('identifiers', () => {
@@ -34,6 +34,20 @@ describe('identifiers', () => {
     assert.ok(Buffer.byteLength(x) <= 63 && Buffer.byteLength(y) <= 63);
     assert.notEqual(x, y);
     assert.equal(quoteLiteral("it's"), "'it''s'");
+  });
+
+  it('names the sent table beside the outbox, within 63 characters, distinct for long names that share a prefix', () => {
+    assert.deepEqual(sentTable(parseTableName('app.outbox')), { schema: 'app', name: 'outbox_sent' });
+    assert.deepEqual(sentTable(parseTableName('outbox')), { schema: undefined, name: 'outbox_sent' });
+    const fits = 'f'.repeat(58);
+    assert.equal(sentTable(parseTableName(fits)).name, `${fits}_sent`);
+    const [x, y] = [sentTable(parseTableName(`${'t'.repeat(58)}aaaaa`)), sentTable(parseTableName(`${'t'.repeat(58)}bbbbb`))];
+    assert.ok(x.name.length <= 63 && y.name.length <= 63, `${x.name} ${y.name}`);
+    assert.notEqual(x.name, y.name);
+    assert.match(x.name, /_sent$/);
+    const sql = render(loadMigrations().find((m) => m.version === 5)!.sql, parseTableName('app.events'));
+    assert.match(sql, /CREATE TABLE IF NOT EXISTS "app"\."events_sent"/);
+    assert.match(sql, /CREATE INDEX IF NOT EXISTS "events_sent_sent_at_idx" ON "app"\."events_sent" \(sent_at\)/);
   });
 });
 

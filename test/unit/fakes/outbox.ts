@@ -42,7 +42,7 @@ import { BrokerUnavailableError, DatabaseError, DeadlineExceededError, MessageRe
 import { classifySendError } from '../../../src/kafka/classify.ts';
 import type { OutboundMessage } from '../../../src/kafka/message.ts';
 import type { PublishOutcome, Publisher } from '../../../src/kafka/publisher.ts';
-import type { BatchTransaction, ClaimFilter, ClaimedRow, InsertWatch, NothingClaimable, Store } from '../../../src/loop/ports.ts';
+import type { BatchTransaction, ClaimFilter, ClaimedRow, InsertWatch, NothingClaimable, PruneTarget, Store } from '../../../src/loop/ports.ts';
 import type { Failure } from '../../../src/loop/settlement.ts';
 
 /** A promise that never settles: what every operation of a dead process returns. Holds no handle. */
@@ -485,7 +485,7 @@ export class FakeStore implements Store {
   }
 
   /** Retention (loop/retention.ts, alongside the loop): nothing old enough to delete in the model. */
-  async pruneChunk(column: 'sent_at' | 'skipped_at', _retainMs: number, _limit: number, deadline: Deadline): Promise<number> {
+  async pruneChunk(column: PruneTarget, _retainMs: number, _limit: number, deadline: Deadline): Promise<number> {
     const w = this.world;
     const fault = w.storeFault('prune');
     if (!w.step(`pruneChunk(${column})`)) return NEVER;
