@@ -8,7 +8,8 @@
 // kafkajs,platformatic). ratio = relay / min(producer, sql guarded), per client. Prints a table,
 // then one JSON line.
 // Opt-in, with --only (bench/retention.ts): `sustained` (retention keeping pace for --minutes at the
-// relay's full rate) and `burst` (empty-claim time after 200,000 rows were relayed and pruned).
+// relay's full rate) and `burst` (empty-claim time after 200,000 rows were relayed and pruned);
+// (bench/marks.ts) `marks`: a row's whole life in Postgres per way of recording it sent.
 import { writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 import { availableParallelism } from 'node:os';
@@ -21,12 +22,13 @@ import { createPublisher, kafkaClient } from '../src/kafka/clients.ts';
 import { toMessage } from '../src/kafka/message.ts';
 import { createLogger } from '../src/log.ts';
 import { parseTableName, qualified } from '../src/outbox/identifier.ts';
-import { migrate } from '../src/outbox/migrate.ts';
+import { dropOutbox, migrate } from '../src/outbox/migrate.ts';
 import { OutboxStore } from '../src/outbox/store.ts';
 import { runInvocation } from '../src/relay.ts';
 import { CpuMeter, parentPid, type CpuSample } from './cpu.ts';
 import { DebeziumPeer, type PeerCpu } from './debezium/peer.ts';
 import { peerReport } from './debezium/report.ts';
+import { benchMarks } from './marks.ts';
 import { benchBurst, benchSustained, type RetentionBenchContext } from './retention.ts';
 import { addWaitingRows, WAITING_ROWS, type WaitingKind } from './waiting.ts';
 
@@ -136,8 +138,7 @@ async function prepare(name: string, before?: (t: string) => Promise<void>): Pro
 }
 
 async function drop(table: string): Promise<void> {
-  await sql.unsafe(`DROP TABLE IF EXISTS ${qualified(parseTableName(table))}`);
-  await sql`DELETE FROM outbox_relay_migrations WHERE target = ${table}`;
+  await dropOutbox(sql, parseTableName(table));
 }
 
 interface Result {
@@ -357,6 +358,23 @@ async function main(): Promise<void> {
         }),
     ],
     ['burst', () => benchBurst(retentionContext(), Number(values['burst-events']), Math.max(1, Number(values.claims)))],
+    [
+      'marks',
+      () =>
+        benchMarks({
+          sql,
+          meter,
+          events: N,
+          batch: BATCH,
+          repeat: REPEAT,
+          prepare: async (name) => {
+            const table = await createTable(name);
+            await fillTable(table);
+            return table;
+          },
+          drop,
+        }),
+    ],
   ];
   const only = values.only?.split(',').map((s) => s.trim());
   const known = [...phases, ...extras].map(([k]) => k).concat(values.peer ? ['debezium'] : []);

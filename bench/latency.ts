@@ -19,7 +19,7 @@ import { Worker } from 'node:worker_threads';
 import kafkajs from 'kafkajs';
 import postgres from 'postgres';
 import { parseTableName, qualified } from '../src/outbox/identifier.ts';
-import { migrate } from '../src/outbox/migrate.ts';
+import { dropOutbox, migrate } from '../src/outbox/migrate.ts';
 import { lineChart, type Series } from './chart.ts';
 import { costRow, PRICE, type CostInputs } from './cost.ts';
 import { CpuMeter, type CpuSample } from './cpu.ts';
@@ -136,8 +136,7 @@ async function freshCase(name: string): Promise<{ table: string; t: string; topi
 }
 
 async function dropCase(table: string, topic: string): Promise<void> {
-  await sql.unsafe(`DROP TABLE IF EXISTS ${qualified(parseTableName(table))}`);
-  await sql`DELETE FROM outbox_relay_migrations WHERE target = ${table}`;
+  await dropOutbox(sql, parseTableName(table));
   const admin = kafka.admin();
   await admin.connect();
   await admin.deleteTopics({ topics: [topic] }).catch(() => undefined);

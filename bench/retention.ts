@@ -13,8 +13,8 @@ import type { Sql } from 'postgres';
 import { Deadline } from '../src/budget.ts';
 import { loadConfig } from '../src/config.ts';
 import type { Logger } from '../src/log.ts';
-import { parseTableName, qualified } from '../src/outbox/identifier.ts';
-import { migrate } from '../src/outbox/migrate.ts';
+import { parseTableName, qualified, sentTable } from '../src/outbox/identifier.ts';
+import { dropOutbox, migrate } from '../src/outbox/migrate.ts';
 import { OutboxStore } from '../src/outbox/store.ts';
 import type { Summary } from '../src/relay.ts';
 import { Runtime } from '../src/runtime.ts';
@@ -69,8 +69,7 @@ async function freshTable(ctx: RetentionBenchContext, name: string): Promise<{ t
 }
 
 async function dropTable(ctx: RetentionBenchContext, table: string, topic: string): Promise<void> {
-  await ctx.sql.unsafe(`DROP TABLE IF EXISTS ${qualified(parseTableName(table))}`);
-  await ctx.sql`DELETE FROM outbox_relay_migrations WHERE target = ${table}`;
+  await dropOutbox(ctx.sql, parseTableName(table));
   // these topics hold gigabytes: give the broker its disk back
   const admin = ctx.kafka.admin();
   await admin.connect();
@@ -141,14 +140,14 @@ interface Sample {
   elapsedS: number;
   relayed: number;
   ratePerSec: number;
-  /** n_live_tup: pg_stat_user_tables' count, kept by every insert and delete (and reset by each vacuum and analyze) */
+  /** n_live_tup of the outbox and its sent table: pg_stat_user_tables' count, kept by every insert and delete (and reset by each vacuum and analyze) */
   rows: number;
   pending: number;
   /** sent rows still in the table: rows - pending */
   sent: number;
   /** sent longer ago than the window, not deleted yet; -1 with retention off */
   overdue: number;
-  /** n_tup_del: rows deleted (only retention deletes here) */
+  /** the sent table's n_tup_del: rows deleted by retention (the only one that deletes there) */
   pruned: number;
   deadTuples: number;
   totalBytes: number;
@@ -164,16 +163,20 @@ interface Sample {
  * counts through the claim and sent_at indexes, the rest is pg_stat_user_tables (flushed by each
  * backend at most once a second). An exact count(*) of a 2 GB table took ~1 s of a core per sample.
  */
-async function sample(ctx: RetentionBenchContext, t: string, retainMs: number, inserted: number, elapsedS: number, previous: Sample | undefined): Promise<Sample> {
+async function sample(ctx: RetentionBenchContext, table: string, retainMs: number, inserted: number, elapsedS: number, previous: Sample | undefined): Promise<Sample> {
+  const t = qualified(parseTableName(table));
+  const sent = qualified(sentTable(parseTableName(table)));
   const started = performance.now();
   const [p] = await ctx.sql.unsafe<{ pending: string }[]>(`SELECT count(*) AS pending FROM ${t} WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL`);
   const scanMs = performance.now() - started;
+  // the outbox and its sent table (migration 005) together: rows, dead tuples, sizes are sums;
+  // only retention deletes from the sent table, so its n_tup_del is what retention pruned
   const [r] = await ctx.sql.unsafe<{ overdue: string; live: string; deleted: string; dead: string; autovacuums: string; total: string; indexes: string }[]>(
-    `SELECT (SELECT count(*) FROM ${t} WHERE sent_at < now() - $1::int * interval '1 millisecond') AS overdue,
-            s.n_live_tup AS live, s.n_tup_del AS deleted, s.n_dead_tup AS dead, s.autovacuum_count AS autovacuums,
-            pg_total_relation_size(s.relid) AS total, pg_indexes_size(s.relid) AS indexes
-     FROM pg_stat_user_tables s WHERE s.relid = $2::regclass`,
-    [retainMs, t],
+    `SELECT (SELECT count(*) FROM ${sent} WHERE sent_at < now() - $1::int * interval '1 millisecond') AS overdue,
+            sum(s.n_live_tup) AS live, sum(s.n_tup_del) FILTER (WHERE s.relid = $3::regclass) AS deleted, sum(s.n_dead_tup) AS dead,
+            sum(s.autovacuum_count) AS autovacuums, sum(pg_total_relation_size(s.relid)) AS total, sum(pg_indexes_size(s.relid)) AS indexes
+     FROM pg_stat_user_tables s WHERE s.relid IN ($2::regclass, $3::regclass)`,
+    [retainMs, t, sent],
   );
   const pending = Number(p!.pending);
   const rows = Number(r!.live);
@@ -272,7 +275,7 @@ async function loadRun(ctx: RetentionBenchContext, name: string, label: string, 
     for (let k = 1; sampling; k++) {
       await nap(t0 + k * SAMPLE_MS - Date.now());
       if (!sampling) break;
-      const s = await sample(ctx, t, retainMs, producer.inserted, (Date.now() - t0) / 1000, samples.at(-1));
+      const s = await sample(ctx, table, retainMs, producer.inserted, (Date.now() - t0) / 1000, samples.at(-1));
       samples.push(s);
       console.log(sampleLine(s));
     }
@@ -311,7 +314,7 @@ async function loadRun(ctx: RetentionBenchContext, name: string, label: string, 
   await producer.stop();
   // the relay's backends flush their statistics as they exit
   await runtime.close();
-  const final = await sample(ctx, t, retainMs, producer.inserted, (Date.now() - t0) / 1000, samples.at(-1));
+  const final = await sample(ctx, table, retainMs, producer.inserted, (Date.now() - t0) / 1000, samples.at(-1));
   samples.push(final);
   const [exact] = await ctx.sql.unsafe<{ n: string }[]>(`SELECT count(*) AS n FROM ${t}`);
   console.log(`${sampleLine(final)}   final, producer and relay stopped; count(*) = ${fmt(Number(exact!.n))}`);
@@ -485,7 +488,7 @@ export async function benchBurst(ctx: RetentionBenchContext, events: number, cla
   // the planner's statistics, as a table in use has them (no VACUUM: autovacuum does what it does)
   await ctx.sql.unsafe(`ANALYZE ${t}`);
 
-  // relay them all: one warm Runtime, retention off, keep mode (rows marked sent)
+  // relay them all: one warm Runtime, retention off, keep mode (rows moved to the sent table)
   const relay = runtimeFor(ctx, table, topic, 0, 0);
   let published = 0;
   const relayStart = performance.now();
@@ -496,7 +499,7 @@ export async function benchBurst(ctx: RetentionBenchContext, events: number, cla
   }
   const relayMs = performance.now() - relayStart;
   await relay.close();
-  results.push(await emptyClaims(ctx, store, t, table, `after the burst (${fmt(events)} marked sent)`, claims));
+  results.push(await emptyClaims(ctx, store, t, table, `after the burst (${fmt(events)} moved to the sent table)`, claims));
 
   // retention with a 1 ms window, through the production path: an invocation whose loop finds
   // nothing and whose retention deletes every sent row, 5,000 per chunk

@@ -44,6 +44,7 @@ interface Batch {
 
 export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promise<Summary> {
   const invocation = new Invocation(deps, deadline);
+  await invocation.checkTables();
   // retention runs alongside the loop for the whole invocation (see loop/retention.ts)
   const retention = deps.config.retainSentMs > 0 ? new Retention(deps.store, deps.config.retainSentMs, deps.logger) : undefined;
   // the waiting marks (migration 004): stale ones cleared before the first claim, new rows marked
@@ -132,6 +133,15 @@ class Invocation {
     private readonly deadline: Deadline,
   ) {
     if (deps.config.idle === 'linger') this.idle = new Idle(deps.store, deps.config, deps.logger);
+  }
+
+  /** Fails the invocation, before anything is claimed or published, when the marks could not be written. */
+  async checkTables(): Promise<void> {
+    try {
+      await this.deps.store.checkTables(this.deadline);
+    } catch (err) {
+      throw await this.failed(err);
+    }
   }
 
   async relayAll(): Promise<void> {

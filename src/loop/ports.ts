@@ -72,6 +72,12 @@ export interface Store {
    * close(). Rejects when LISTEN cannot be set up; `lost` is called if that connection closes.
    */
   watchInserts(deadline: Deadline, on: { insert(): void; lost(err: unknown): void }): Promise<InsertWatch>;
+  /**
+   * Before the first claim of an invocation, once per client: the tables the marks will write
+   * exist and may be written (OutboxStore.checkTables). Rejects with a DatabaseError that says what
+   * to do, so that nothing is published that could not then be marked sent.
+   */
+  checkTables(deadline: Deadline): Promise<void>;
   /** One retention chunk (see OutboxStore.pruneChunk): rows deleted, fewer than `limit` when none older is left. */
   pruneChunk(what: PruneTarget, retainMs: number, limit: number, deadline: Deadline): Promise<number>;
 }

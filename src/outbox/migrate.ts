@@ -87,3 +87,16 @@ export async function migrate(sql: Sql, table: TableName, migrations = loadMigra
     return result;
   });
 }
+
+/**
+ * The inverse of migrate(): drops the outbox table, its sent table and its notify function, and
+ * forgets the table's migrations. For the benchmark's and tests' throwaway tables; the relay never
+ * calls it.
+ */
+export async function dropOutbox(sql: Sql, table: TableName): Promise<void> {
+  await sql.begin(async (tx) => {
+    await tx.unsafe(`DROP TABLE IF EXISTS ${qualified(table)}, ${qualified(sentTable(table))}`);
+    await tx.unsafe(`DROP FUNCTION IF EXISTS ${render('{{notify_fn}}', table)}()`);
+    await tx`DELETE FROM outbox_relay_migrations WHERE target = ${displayName(table)}`;
+  });
+}

@@ -234,6 +234,18 @@ FROM moved`;
 }
 
 /**
+ * Can this role move rows into the sent table ($1, its quoted name)? NULLs when it does not exist
+ * (to_regclass, rather than a cast that fails). Retention's DELETE is not asked for: a role
+ * without it only logs a warning per invocation, as any failed retention does.
+ */
+export function sentTableAccessSql(): string {
+  return `
+SELECT to_regclass($1) IS NOT NULL AS present,
+       has_table_privilege(to_regclass($1), 'INSERT') AS may_insert,
+       current_user AS role`;
+}
+
+/**
  * How versions before migration 005 marked a row sent: a second version of the row, in place.
  * Kept for the benchmark's comparison only (bench/bench.ts, sqlMarkInPlace); the relay never runs it.
  */
@@ -275,7 +287,10 @@ WHERE r.seq = f.seq`;
  * - `legacy-sent`: rows that versions before migration 005 marked sent in the outbox itself
  *   (its sent_at index is empty once they are gone: one probe per invocation);
  * - `skipped`: rows an operator skipped, kept in the outbox for audit as long as sent ones.
- * In the sent table rows are found by ctid: it has no key, and a TID scan needs none.
+ * In the sent table rows are found by ctid: it has no key, and a TID scan needs none. No row
+ * lock there (FOR UPDATE would need the UPDATE privilege on it): only retention touches its rows,
+ * and of two retentions at once, the second waits for the first's chunk and finds its rows gone,
+ * which ends its pass early; a TID scan visits rows in ctid order, so the two cannot deadlock.
  */
 export function pruneSql(t: string, sent: string, what: PruneTarget): string {
   if (what === 'sent') {
@@ -286,7 +301,6 @@ WHERE ctid = ANY (ARRAY(
   WHERE sent_at < now() - $1 * interval '1 millisecond'
   ORDER BY sent_at
   LIMIT $2
-  FOR UPDATE SKIP LOCKED
 ))`;
   }
   const column = what === 'skipped' ? 'skipped_at' : 'sent_at';

@@ -27,6 +27,9 @@ export class OutboxStore implements Store {
   private readonly whyEmptyText: string;
   /** where `keep` moves sent rows (migration 005) */
   readonly sentTable: string;
+  private readonly sentRows: 'keep' | 'delete' | 'mark-in-place';
+  /** checkTables() found the sent table writable (once per client) */
+  private tablesChecked = false;
   private readonly pruneText: Record<PruneTarget, string>;
   readonly markWaitingText: string;
   readonly unwaitText: string;
@@ -58,6 +61,7 @@ export class OutboxStore implements Store {
     this.claimText = guard ? q.claimSql(this.table, policy) : q.claimUnguardedSql(this.table);
     this.guarded = guard;
     this.sentTable = qualified(sentTable(table));
+    this.sentRows = sentRows;
     this.markText = sentRows === 'delete' ? q.deleteSentSql(this.table) : sentRows === 'mark-in-place' ? q.markInPlaceSql(this.table) : q.moveSentSql(this.table, this.sentTable);
     this.whyEmptyText = q.whyEmptySql(this.table, policy);
     this.pruneText = { sent: q.pruneSql(this.table, this.sentTable, 'sent'), 'legacy-sent': q.pruneSql(this.table, this.sentTable, 'legacy-sent'), skipped: q.pruneSql(this.table, this.sentTable, 'skipped') };
@@ -104,6 +108,24 @@ export class OutboxStore implements Store {
   async nothingClaimable(deadline: Deadline): Promise<NothingClaimable> {
     const [r] = await this.bounded(deadline, 'checking why nothing was claimable', this.sql.unsafe<{ claimable: boolean; pending: boolean }[]>(this.whyEmptyText));
     return r?.claimable ? 'locked' : r?.pending ? 'behind-failed-rows' : 'empty';
+  }
+
+  /**
+   * Keep mode moves acked rows into the sent table (migration 005). A relay upgraded without
+   * `migrate`, or a role without INSERT on that table, would publish a batch, fail to move it,
+   * and publish the same batch again on every invocation. So, once per client, before the first
+   * claim: the table is there and the role may insert into it, or the invocation fails saying so.
+   */
+  async checkTables(deadline: Deadline): Promise<void> {
+    if (this.tablesChecked || this.sentRows !== 'keep') return;
+    const [r] = await this.bounded(deadline, 'checking the sent table', this.sql.unsafe<{ present: boolean; may_insert: boolean | null; role: string }[]>(q.sentTableAccessSql(), [this.sentTable]));
+    if (!r?.present) {
+      throw new DatabaseError(`the sent table ${this.sentTable} does not exist: this version of the relay moves sent rows there (migration 5). Run \`outbox-relay migrate\` (idempotent) before the relay, or set OUTBOX_SENT_ROWS=delete to keep no sent rows`, { retriable: false });
+    }
+    if (!r.may_insert) {
+      throw new DatabaseError(`the database role ${r.role} may not INSERT into the sent table ${this.sentTable}, where acked rows are moved: GRANT SELECT, INSERT, DELETE ON ${this.sentTable} TO ${r.role} (DELETE for retention)`, { retriable: false });
+    }
+    this.tablesChecked = true;
   }
 
   /**
@@ -466,7 +488,7 @@ export function wrapDbError(err: unknown, what: string): Error {
     return new DatabaseError(`database rejected the credentials while ${what} (${e.code}): check DATABASE_URL or the DATABASE_SECRET_ID secret`, { cause: err, retriable: false });
   }
   if (e?.code === '42P01') {
-    return new DatabaseError(`the outbox table does not exist (${e.message}): run \`outbox-relay migrate\` or check OUTBOX_TABLE`, { cause: err, retriable: false });
+    return new DatabaseError(`a table the relay needs does not exist (${e.message}): run \`outbox-relay migrate\` (it creates the outbox table and its sent table) or check OUTBOX_TABLE`, { cause: err, retriable: false });
   }
   return new DatabaseError(`database error while ${what}: ${e?.message ?? String(err)}${e?.code ? ` (${e.code})` : ''}`, { cause: err });
 }

@@ -711,7 +711,9 @@ describe('secrets (Secrets Manager in the AWS emulator)', () => {
     const role = uniqueName('relay_rot');
     const appName = `relay-${f.table}`;
     await admin.unsafe(`CREATE ROLE ${role} LOGIN PASSWORD 'pw-a-${role}'`);
+    // what a relay's role needs (README, "The table"): the outbox, and INSERT into its sent table
     await admin.unsafe(`GRANT SELECT, UPDATE, DELETE ON ${t(f.table)} TO ${role}`);
+    await admin.unsafe(`GRANT SELECT, INSERT, DELETE ON ${sentTableOf(f.table)} TO ${role}`);
     const name = await secret(JSON.stringify({ ...rds, username: role, password: `pw-a-${role}` }));
     const source = new SecretsManagerSource(sm);
     const logs: string[] = [];

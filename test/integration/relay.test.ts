@@ -13,6 +13,7 @@ import { Runtime } from '../../src/runtime.ts';
 import { startKafkaProxy } from './kafka-proxy.ts';
 import { startPgProxy } from './pg-proxy.ts';
 import {
+  ADMIN_DATABASE_URL,
   KAFKA_PROXIED_PORT,
   KAFKA_PROXY_PORT,
   consumeAll,
@@ -27,9 +28,11 @@ import {
   KAFKA_BROKERS,
   markedIds,
   runCli,
+  sentTableOf,
   startCli,
   topicCount,
   twiceIds,
+  uniqueName,
   type EventSpec,
   VIA_POOLER,
 } from './helpers.ts';
@@ -484,6 +487,55 @@ describe('G8: clear failures', () => {
     assert.match(res.stderr, /OUTBOX_TABLE: "outbox; drop table x" is not a valid table name/);
     const [exists] = await sql<{ t: string | null }[]>`SELECT to_regclass('x')::text AS t`;
     assert.equal(exists?.t, 'x');
+  });
+
+  it('keep mode on a relay upgraded without `migrate` (no sent table): fails before publishing, says to migrate; migrate fixes it', async () => {
+    const f = await fixture(sql, 'nosent');
+    await insertEvents(sql, f.table, [{ aggregateid: 'a' }, { aggregateid: 'b' }, { aggregateid: 'c' }]);
+    // the schema as it was before migration 005
+    await sql.unsafe(`DROP TABLE ${sentTableOf(f.table)}`);
+    await sql`DELETE FROM outbox_relay_migrations WHERE target = ${f.table} AND version = 5`;
+    const res = await runCli(['invoke', '--timeout', '10000'], f.env);
+    assert.notEqual(res.code, 0);
+    assert.match(res.stderr, /the sent table "[^"]+_sent" does not exist: this version of the relay moves sent rows there \(migration 5\)\. Run `outbox-relay migrate`/);
+    assert.equal(res.summary?.published, 0);
+    assert.equal(await topicCount([f.topic('order')]), 0, 'nothing was published that could not be moved');
+    const [left] = await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${qualified(parseTableName(f.table))} WHERE sent_at IS NULL AND attempts = 0`);
+    assert.equal(left!.n, 3, 'every row still pending, none charged');
+
+    assert.equal((await runCli(['migrate'], f.env)).code, 0);
+    const s = await runCli(['invoke', '--timeout', '10000'], f.env);
+    assert.equal(s.summary?.published, 3, s.stderr);
+    assert.equal(await topicCount([f.topic('order')]), 3);
+    assert.deepEqual(await counts(sql, f.table), { total: 3, sent: 3, parked: 0, pending: 0 });
+  });
+
+  it('a role that may not INSERT into the sent table: fails before publishing and says what to GRANT; with the grants the README lists, relays and prunes', async () => {
+    const f = await fixture(sql, 'sentgrant');
+    const admin = db(ADMIN_DATABASE_URL);
+    const role = uniqueName('relay_grant');
+    try {
+      await admin.unsafe(`CREATE ROLE ${role} LOGIN PASSWORD 'pw'`);
+      await admin.unsafe(`GRANT SELECT, UPDATE, DELETE ON ${qualified(parseTableName(f.table))} TO ${role}`);
+      await insertEvents(sql, f.table, [{ aggregateid: 'a' }, { aggregateid: 'b' }]);
+      // direct: a role of its own is not in the pooler's auth file
+      const env = { ...f.env, DATABASE_URL: DATABASE_URL.replace(/\/\/[^@]+@/, `//${role}:pw@`), DATABASE_PREPARE: 'true' };
+      const res = await runCli(['invoke', '--timeout', '10000'], env);
+      assert.notEqual(res.code, 0);
+      assert.match(res.stderr, new RegExp(`the database role ${role} may not INSERT into the sent table "[^"]+_sent", where acked rows are moved: GRANT SELECT, INSERT, DELETE ON "[^"]+_sent" TO ${role}`));
+      assert.equal(await topicCount([f.topic('order')]), 0, 'nothing was published that could not be moved');
+
+      await admin.unsafe(`GRANT SELECT, INSERT, DELETE ON ${sentTableOf(f.table)} TO ${role}`);
+      assert.equal((await runCli(['invoke', '--timeout', '10000'], env)).summary?.published, 2);
+      await new Promise((r) => setTimeout(r, 10));
+      const pruned = await runCli(['invoke', '--timeout', '10000'], { ...env, OUTBOX_RETAIN_SENT_MS: '1' });
+      assert.equal(pruned.summary?.pruned, 2, `retention needs no more than those grants:\n${pruned.stderr}`);
+      assert.equal((await counts(sql, f.table)).total, 0);
+    } finally {
+      await admin.unsafe(`DROP OWNED BY ${role}`).catch(() => undefined);
+      await admin.unsafe(`DROP ROLE IF EXISTS ${role}`);
+      await admin.end();
+    }
   });
 
   it('missing configuration names each variable', async () => {

@@ -423,6 +423,8 @@ export class FakeStore implements Store {
   }
 
   /** the waiting marks are the SQL store's own optimization: nothing to model */
+  async checkTables(_deadline: Deadline): Promise<void> {}
+
   clearStaleWaiting(_deadline: Deadline): Promise<{ cleared: number; blocked: boolean }> {
     return Promise.resolve({ cleared: 0, blocked: false });
   }
