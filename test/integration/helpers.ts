@@ -270,6 +270,14 @@ export async function markedIds(sql: Sql, table: string): Promise<Set<string>> {
   return new Set(rows.map((r) => r.id));
 }
 
+/** Every row's seq by its id, whether still in the outbox or moved to its sent table. */
+export async function seqsById(sql: Sql, table: string): Promise<Map<string, number>> {
+  const rows = await sql.unsafe<{ id: string; seq: string }[]>(
+    `SELECT id, seq FROM ${qualified(parseTableName(table))} UNION ALL SELECT id, seq FROM ${sentTableOf(table)}`,
+  );
+  return new Map(rows.map((r) => [r.id, Number(r.seq)]));
+}
+
 /** How many copies of each row (by its `id` header) arrived. */
 export function copiesById(messages: Consumed[]): Map<string, number> {
   const copies = new Map<string, number>();

@@ -14,7 +14,7 @@ import { loadMigrations, migrate, render } from '../../src/outbox/migrate.ts';
 import type { Summary } from '../../src/relay.ts';
 import { Runtime } from '../../src/runtime.ts';
 import { startPgProxy } from './pg-proxy.ts';
-import { ADMIN_DATABASE_URL, brokerPid, counts, db, DATABASE_URL, firstCopyOrder, fixture, isSorted, servicesUp, startWatching, uniqueName, waitForLeaders, type Fixture } from './helpers.ts';
+import { ADMIN_DATABASE_URL, brokerPid, counts, db, DATABASE_URL, firstCopyOrder, fixture, isSorted, seqsById, servicesUp, startWatching, uniqueName, waitForLeaders, type Fixture } from './helpers.ts';
 
 /** the bound asserted for an event written while an invocation lingers: generous, far below a schedule's minute */
 const LATENCY_BOUND_MS = 3_000;
@@ -182,7 +182,6 @@ describe('linger mode', () => {
     const a = runtime(f, { OUTBOX_BATCH_SIZE: '50' });
     const b = runtime(f, { OUTBOX_BATCH_SIZE: '50' });
     const watching = await startWatching([f.topic('order')]);
-    const t = qualified(parseTableName(f.table));
     try {
       // the schedule, compressed: a new invocation every 3 s, each with 4 s, so every second is
       // covered by one and some by two; containers alternate as Lambda's would
@@ -211,7 +210,7 @@ describe('linger mode', () => {
       await sleep(500);
       assert.equal(watching.messages.length, written, 'each event on Kafka exactly once');
       assert.equal(summaries.reduce((s, x) => s + x.published, 0), written);
-      const seqOf = new Map((await sql.unsafe<{ id: string; seq: string }[]>(`SELECT id, seq FROM ${t}`)).map((r) => [r.id, Number(r.seq)]));
+      const seqOf = await seqsById(sql, f.table);
       for (const [agg, seqs] of firstCopyOrder(watching.messages, (id) => seqOf.get(id)!)) assert.ok(isSorted(seqs), `aggregate ${agg} out of order`);
       assert.ok(summaries.every((s) => s.published > 0), 'every invocation took its share');
     } finally {

@@ -14,9 +14,9 @@ import { loadConfig } from '../../src/config.ts';
 import { DatabaseError } from '../../src/errors.ts';
 import type { Logger } from '../../src/log.ts';
 import { OutboxStore } from '../../src/outbox/store.ts';
-import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
+import { parseTableName } from '../../src/outbox/identifier.ts';
 import { Runtime } from '../../src/runtime.ts';
-import { consumeAll, copiesById, counts, db, DATABASE_URL, firstCopyOrder, fixture, insertEvents, isSorted, POOLER_DATABASE_URL, ROOT, runCli, sentTableOf } from './helpers.ts';
+import { consumeAll, copiesById, counts, db, DATABASE_URL, firstCopyOrder, fixture, insertEvents, isSorted, POOLER_DATABASE_URL, ROOT, runCli, sentTableOf, seqsById } from './helpers.ts';
 
 const POOLER_WARNING = 'the database connection goes through a connection pooler or proxy';
 
@@ -113,8 +113,7 @@ describe('the default DATABASE_PREPARE=true meets a transaction pooler', () => {
     const copies = copiesById(msgs);
     assert.equal(msgs.length, 6_000, 'no duplicates without faults');
     assert.deepEqual(new Set(copies.keys()), new Set(ids));
-    const rows = await sql.unsafe<{ id: string; seq: string }[]>(`SELECT id, seq FROM ${qualified(parseTableName(f.table))}`);
-    const seqs = new Map(rows.map((r) => [r.id, Number(r.seq)]));
+    const seqs = await seqsById(sql, f.table);
     for (const [key, order] of firstCopyOrder(msgs, (id) => seqs.get(id)!)) assert.ok(isSorted(order), `aggregate ${key} out of order`);
   });
 

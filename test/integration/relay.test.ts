@@ -29,6 +29,7 @@ import {
   markedIds,
   runCli,
   sentTableOf,
+  seqsById,
   startCli,
   topicCount,
   twiceIds,
@@ -45,9 +46,8 @@ after(async () => {
   await sql.end();
 });
 
-async function seqOf(table: string): Promise<Map<string, number>> {
-  const rows = await sql.unsafe<{ id: string; seq: string }[]>(`SELECT id, seq FROM ${qualified(parseTableName(table))}`);
-  return new Map(rows.map((r) => [r.id, Number(r.seq)]));
+function seqOf(table: string): Promise<Map<string, number>> {
+  return seqsById(sql, table);
 }
 
 describe('relay: delivery', () => {

@@ -9,7 +9,7 @@ import { Deadline } from '../../src/budget.ts';
 import { backlog } from '../../src/outbox/admin.ts';
 import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
 import { OutboxStore } from '../../src/outbox/store.ts';
-import { consumeAll, counts, db, firstCopyOrder, fixture, insertEvents, invokeOk, isSorted, runCli } from './helpers.ts';
+import { consumeAll, counts, db, firstCopyOrder, fixture, insertEvents, invokeOk, isSorted, runCli, seqsById } from './helpers.ts';
 
 let sql: Sql;
 before(() => {
@@ -24,9 +24,8 @@ async function waitingSeqs(table: string): Promise<number[]> {
   return rows.map((r) => Number(r.seq));
 }
 
-async function seqsById(table: string): Promise<Map<string, number>> {
-  const rows = await sql.unsafe<{ id: string; seq: string }[]>(`SELECT id, seq FROM ${qualified(parseTableName(table))}`);
-  return new Map(rows.map((r) => [r.id, Number(r.seq)]));
+function seqsOf(table: string): Promise<Map<string, number>> {
+  return seqsById(sql, table);
 }
 
 describe('waiting marks', () => {
@@ -63,7 +62,7 @@ describe('waiting marks', () => {
     const third = await invokeOk(env);
     assert.equal(third.published, 31, JSON.stringify(third));
     const messages = await consumeAll([f.topic('order')], 71);
-    const seqs = await seqsById(f.table);
+    const seqs = await seqsOf(f.table);
     const p = firstCopyOrder(messages, (id) => seqs.get(id)!).get('P')!;
     assert.equal(p.length, 31);
     assert.ok(isSorted(p), `P's rows in seq order: ${p.join(',')}`);
@@ -96,7 +95,7 @@ describe('waiting marks', () => {
     assert.equal(s.published, 6, JSON.stringify(s));
     assert.deepEqual(await counts(sql, f.table), { total: 6, sent: 6, parked: 0, pending: 0 });
     const messages = await consumeAll([f.topic('order')], 6);
-    const seqs = await seqsById(f.table);
+    const seqs = await seqsOf(f.table);
     assert.deepEqual(
       firstCopyOrder(messages, (id) => seqs.get(id)!).get('S'),
       [...seqs.values()].sort((a, b) => a - b),
@@ -126,7 +125,7 @@ describe('waiting marks', () => {
     assert.equal(second.published, 220, JSON.stringify(second));
     assert.deepEqual(await waitingSeqs(f.table), []);
     const messages = await consumeAll([f.topic('order')], 270);
-    const seqs = await seqsById(f.table);
+    const seqs = await seqsOf(f.table);
     for (const [agg, order] of firstCopyOrder(messages, (id) => seqs.get(id)!)) assert.ok(isSorted(order), `${agg} out of order: ${order.join(',')}`);
   });
 });
