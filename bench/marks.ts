@@ -154,5 +154,6 @@ export async function benchMarks(ctx: MarksBenchContext): Promise<Record<string,
     const cell = (c: Cost) => `${c.cpuUs.toFixed(1)} / ${Math.round(c.walBytes)}`.padStart(14);
     console.log(`${o.label.padEnd(34)} ${PHASES.map((p) => cell(phase[p])).join(' ')} ${cell(total)}  ${(total.cpuUs / base.cpuUs).toFixed(2).padStart(11)}  ${o.why}`);
   }
-  return Object.fromEntries(table.map(({ o, phase, total }) => [o.label, { ...phase, total }]));
+  const round = (c: Cost) => ({ cpuUs: Number(c.cpuUs.toFixed(1)), walBytes: Math.round(c.walBytes) });
+  return Object.fromEntries(table.map(({ o, phase, total }) => [o.label, { ...Object.fromEntries(PHASES.map((p) => [p, round(phase[p])])), total: round(total) }]));
 }
