@@ -84,6 +84,10 @@ quick AS MATERIALIZED (
       AND o.seq < (SELECT max(seq) FROM cand)
       AND o.seq NOT IN (SELECT seq FROM cand)
       AND o.seq NOT IN (SELECT unnest($4::bigint[]))
+      -- an aggregate's first blocking row is never a gap: every row claimed of its aggregate is
+      -- below it (blocked above). Without this, 1,000 aggregates backing off put 1,000 such rows
+      -- in the range and sent every claim through the per-aggregate probes.
+      AND o.seq NOT IN (SELECT first_blocked FROM blocked)
   )
   -- A waiting row (outside the claim index) below our rows of its aggregate is a gap too. The
   -- per-aggregate look runs only when the table has a waiting row at all; CASE keeps that order,
