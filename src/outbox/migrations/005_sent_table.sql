@@ -7,8 +7,9 @@
 -- sent_at is in the predicates of the partial indexes, so that UPDATE can never be HOT. It wrote a
 -- second 1 KB version of every row, with entries in three indexes, and left the first version for
 -- vacuum. Measured on 50,000 rows of ~1 KB, with every later cost of the row counted (claim, mark,
--- vacuum, prune), Postgres spent 25.8 µs of CPU and wrote 1.6 KB of WAL per row that way; moving
--- the row here, 18.8 µs and 1.4 KB. Deleting it (OUTBOX_SENT_ROWS=delete) costs 12.0 µs.
+-- vacuum, prune; `npm run bench -- --only marks`), Postgres spent 29.4 µs of CPU and wrote 1.75 KB
+-- of WAL per row that way; moving the row here, 20.2 µs and 1.5 KB. Deleting it
+-- (OUTBOX_SENT_ROWS=delete) costs 13.6 µs.
 -- The outbox itself then holds only unsent rows (and parked and skipped ones), as with `delete`.
 --
 -- Producers never touch this table. Columns the outbox gains later are added here as well; the
