@@ -510,6 +510,24 @@ describe('G8: clear failures', () => {
     assert.deepEqual(await counts(sql, f.table), { total: 3, sent: 3, parked: 0, pending: 0 });
   });
 
+  it('a warm process whose invocation failed for a missing sent table checks again: after `migrate`, the next invocation in the same process relays', async () => {
+    const f = await fixture(sql, 'nosentwarm');
+    await insertEvents(sql, f.table, [{ aggregateid: 'a' }, { aggregateid: 'b' }]);
+    await sql.unsafe(`DROP TABLE ${sentTableOf(f.table)}`);
+    await sql`DELETE FROM outbox_relay_migrations WHERE target = ${f.table} AND version = 5`;
+    const rt = new Runtime(loadConfig({ ...f.env, OUTBOX_LOG_LEVEL: 'error' }), createLogger('error'));
+    try {
+      await assert.rejects(rt.invoke(10_000), /the sent table "[^"]+_sent" does not exist/);
+      await assert.rejects(rt.invoke(10_000), /the sent table "[^"]+_sent" does not exist/, 'still failing: nothing was remembered as checked');
+      assert.equal(await topicCount([f.topic('order')]), 0);
+      assert.equal((await runCli(['migrate'], f.env)).code, 0);
+      assert.equal((await rt.invoke(10_000)).published, 2);
+      assert.deepEqual(await counts(sql, f.table), { total: 2, sent: 2, parked: 0, pending: 0 });
+    } finally {
+      await rt.close();
+    }
+  });
+
   it('a role that may not INSERT into the sent table: fails before publishing and says what to GRANT; with the grants the README lists, relays and prunes', async () => {
     const f = await fixture(sql, 'sentgrant');
     const admin = db(ADMIN_DATABASE_URL);
