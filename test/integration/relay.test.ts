@@ -46,10 +46,6 @@ after(async () => {
   await sql.end();
 });
 
-function seqOf(table: string): Promise<Map<string, number>> {
-  return seqsById(sql, table);
-}
-
 describe('relay: delivery', () => {
   it('relays rows with key = aggregateid, value = payload, headers id and type; marks them sent', async () => {
     const f = await fixture(sql, 'basic', ['order', 'invoice']);
@@ -119,7 +115,7 @@ describe('G1/G2: a crash between the broker ack and the mark', () => {
     assert.equal([...copies.values()].filter((n) => n === 2).length, 100);
     // the duplicated rows are exactly the first batch in seq order
     assert.deepEqual(new Set(ids.slice(0, 100)), twiceIds(copies));
-    const seqs = await seqOf(f.table);
+    const seqs = await seqsById(sql, f.table);
     for (const [key, order] of firstCopyOrder(msgs, (id) => seqs.get(id)!)) assert.ok(isSorted(order), `aggregate ${key} out of order`);
   });
 });
@@ -182,7 +178,7 @@ describe('G2: a crash after a batch\'s COMMIT went out, while the next batch is 
     const copies = copiesById(msgs);
     assert.deepEqual(new Set(copies.keys()), new Set(ids), 'every row arrived');
     assert.deepEqual(twiceIds(copies), new Set(ids.slice(100, 200)), 'only batch 2 is duplicated');
-    const seqs = await seqOf(f.table);
+    const seqs = await seqsById(sql, f.table);
     for (const [key, order] of firstCopyOrder(msgs, (id) => seqs.get(id)!)) assert.ok(isSorted(order), `aggregate ${key} out of order`);
   });
 });
@@ -222,7 +218,7 @@ describe('G3 and G4 under concurrency', () => {
     const msgs = await consumeAll([f.topic('order')], 10_000, 60_000);
     assert.equal(msgs.length, 10_000, 'no duplicates without faults');
     assert.deepEqual(new Set(msgs.map((m) => m.headers.id)), new Set(ids));
-    const seqs = await seqOf(f.table);
+    const seqs = await seqsById(sql, f.table);
     for (const [key, order] of firstCopyOrder(msgs, (id) => seqs.get(id)!)) assert.ok(isSorted(order), `aggregate ${key} out of order`);
   });
 
@@ -307,7 +303,7 @@ describe('G3 and G4 under concurrency', () => {
     assert.equal(res.summary?.published, 1, 'the late-committed smaller seq is not skipped');
     const msgs = (await consumeAll([f.topic('order')], 2)).filter((m) => m.key === 'a').sort((x, y) => Number(x.offset) - Number(y.offset));
     assert.deepEqual(msgs.map((m) => m.headers.id), [lateId, earlyId], 'commit order: the row committed first went first');
-    const seqs = await seqOf(f.table);
+    const seqs = await seqsById(sql, f.table);
     assert.ok(seqs.get(lateId)! > Number(firstSeq), 'which is not seq order: writers that do not serialize per aggregate get commit order');
   });
 
@@ -335,7 +331,7 @@ describe('G3 and G4 under concurrency', () => {
     await relaying;
     const res = await runCli(['invoke', '--timeout', '15000'], f.env);
     assert.equal(res.code, 0, res.stderr);
-    const seqs = await seqOf(f.table);
+    const seqs = await seqsById(sql, f.table);
     const msgs = (await consumeAll([f.topic('order')], 40)).sort((x, y) => Number(x.offset) - Number(y.offset));
     assert.equal(msgs.length, 40);
     assert.ok(isSorted(msgs.map((m) => seqs.get(m.headers.id!)!)), 'Kafka order is seq order');

@@ -24,10 +24,6 @@ async function waitingSeqs(table: string): Promise<number[]> {
   return rows.map((r) => Number(r.seq));
 }
 
-function seqsOf(table: string): Promise<Map<string, number>> {
-  return seqsById(sql, table);
-}
-
 describe('waiting marks', () => {
   it('a parked row: the rows behind it are marked waiting in the same commit, counted as pending, and freed in order by `parked retry`', async () => {
     const f = await fixture(sql, 'wait_parked');
@@ -62,7 +58,7 @@ describe('waiting marks', () => {
     const third = await invokeOk(env);
     assert.equal(third.published, 31, JSON.stringify(third));
     const messages = await consumeAll([f.topic('order')], 71);
-    const seqs = await seqsOf(f.table);
+    const seqs = await seqsById(sql, f.table);
     const p = firstCopyOrder(messages, (id) => seqs.get(id)!).get('P')!;
     assert.equal(p.length, 31);
     assert.ok(isSorted(p), `P's rows in seq order: ${p.join(',')}`);
@@ -95,7 +91,7 @@ describe('waiting marks', () => {
     assert.equal(s.published, 6, JSON.stringify(s));
     assert.deepEqual(await counts(sql, f.table), { total: 6, sent: 6, parked: 0, pending: 0 });
     const messages = await consumeAll([f.topic('order')], 6);
-    const seqs = await seqsOf(f.table);
+    const seqs = await seqsById(sql, f.table);
     assert.deepEqual(
       firstCopyOrder(messages, (id) => seqs.get(id)!).get('S'),
       [...seqs.values()].sort((a, b) => a - b),
@@ -125,7 +121,7 @@ describe('waiting marks', () => {
     assert.equal(second.published, 220, JSON.stringify(second));
     assert.deepEqual(await waitingSeqs(f.table), []);
     const messages = await consumeAll([f.topic('order')], 270);
-    const seqs = await seqsOf(f.table);
+    const seqs = await seqsById(sql, f.table);
     for (const [agg, order] of firstCopyOrder(messages, (id) => seqs.get(id)!)) assert.ok(isSorted(order), `${agg} out of order: ${order.join(',')}`);
   });
 });
