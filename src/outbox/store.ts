@@ -15,7 +15,7 @@ import postgres, { type PendingQuery, type ReservedSql, type Row, type Sql } fro
 
 export type { ClaimedRow, Failure };
 
-/** rows marked waiting per transaction by tidyWaiting: a long backlog is marked in short transactions */
+/** rows marked waiting per transaction by markWaiting: a long backlog is marked in short transactions */
 const MARK_WAITING_CHUNK = 10_000;
 
 export class OutboxStore implements Store {
@@ -389,7 +389,7 @@ export class BatchTx implements BatchTransaction {
     const blocking = this.aggregatesOf(failures.map((f) => f.seq), false);
     const freed = [...new Set([...this.aggregatesOf(sent, true), ...blocking])];
     if (freed.length) statements.push(this.run('clearing waiting marks', this.conn.unsafe(this.store.unwaitText, [freed], this.store.prepared)));
-    // a chunk at most, to keep this batch short; the next invocation's tidyWaiting marks any more
+    // a chunk at most, to keep this batch short; the next invocation's markWaiting marks any more
     if (blocking.length) statements.push(this.run('marking waiting rows', this.conn.unsafe(this.store.markWaitingText, [blocking, MARK_WAITING_CHUNK], this.store.prepared)));
     statements.push(this.run('committing the batch', this.conn`COMMIT`));
     const results = await Promise.allSettled(statements);
