@@ -23,7 +23,7 @@ import { toMessage } from '../src/kafka/message.ts';
 import { createLogger } from '../src/log.ts';
 import { parseTableName, qualified } from '../src/outbox/identifier.ts';
 import { dropOutbox, migrate } from '../src/outbox/migrate.ts';
-import { OutboxStore } from '../src/outbox/store.ts';
+import { OutboxStore, type SentRowsMode } from '../src/outbox/store.ts';
 import { runInvocation } from '../src/relay.ts';
 import { CpuMeter, parentPid, type CpuSample } from './cpu.ts';
 import { DebeziumPeer, type PeerCpu } from './debezium/peer.ts';
@@ -53,6 +53,9 @@ const { values } = parseArgs({
     'baseline-seconds': { type: 'string', default: '60' },
     backlog: { type: 'string', default: '4' },
     producers: { type: 'string', default: '2' },
+    // --only sustained: the ways of recording sent rows to compare, in this order (keep, delete,
+    // mark-in-place: the UPDATE of versions before migration 005)
+    'sent-rows': { type: 'string', default: 'keep' },
     // --only burst: rows in the burst, empty claims timed per state
     'burst-events': { type: 'string', default: '200000' },
     claims: { type: 'string', default: '20' },
@@ -272,6 +275,17 @@ function median(results: Result[]): Result & { min: number; max: number } {
   return { ...mid, min: sorted[0]!.perSec, max: sorted[sorted.length - 1]!.perSec };
 }
 
+const SENT_ROWS_MODES: readonly SentRowsMode[] = ['keep', 'delete', 'mark-in-place'];
+
+function sentRowsModes(list: string): SentRowsMode[] {
+  const modes = list.split(',').map((m) => m.trim()).filter(Boolean);
+  for (const m of modes) {
+    if (!(SENT_ROWS_MODES as readonly string[]).includes(m)) throw new Error(`--sent-rows: unknown way '${m}'; one or more of ${SENT_ROWS_MODES.join(', ')}, comma-separated`);
+  }
+  if (modes.length === 0) throw new Error(`--sent-rows: name one or more of ${SENT_ROWS_MODES.join(', ')}`);
+  return modes as SentRowsMode[];
+}
+
 function retentionContext(): RetentionBenchContext {
   return { sql, kafka, env, logger, meter, run, batch: BATCH, payloadBytes: PAYLOAD, aggregates: AGGREGATES, partitions: Number(values.partitions) };
 }
@@ -355,6 +369,7 @@ async function main(): Promise<void> {
           baselineSeconds: Number(values['baseline-seconds']),
           backlogBatches: Number(values.backlog),
           producers: Math.max(1, Number(values.producers)),
+          sentRows: sentRowsModes(values['sent-rows']),
         }),
     ],
     ['burst', () => benchBurst(retentionContext(), Number(values['burst-events']), Math.max(1, Number(values.claims)))],

@@ -15,7 +15,7 @@ import { loadConfig } from '../src/config.ts';
 import type { Logger } from '../src/log.ts';
 import { parseTableName, qualified, sentTable } from '../src/outbox/identifier.ts';
 import { dropOutbox, migrate } from '../src/outbox/migrate.ts';
-import { OutboxStore } from '../src/outbox/store.ts';
+import { OutboxStore, type SentRowsMode } from '../src/outbox/store.ts';
 import type { Summary } from '../src/relay.ts';
 import { Runtime } from '../src/runtime.ts';
 import { CpuMeter, type CpuSample } from './cpu.ts';
@@ -46,6 +46,12 @@ export interface SustainedOptions {
   /** the producer tops the pending backlog up to this many batches */
   backlogBatches: number;
   producers: number;
+  /**
+   * the ways of recording sent rows to run, each a baseline and a main run of its own, in this
+   * order (--sent-rows keep,mark-in-place: the move against the in-place mark of versions before
+   * migration 005, in one run, since the machine's speed drifts by the hour)
+   */
+  sentRows: SentRowsMode[];
 }
 
 const SAMPLE_MS = 10_000;
@@ -77,19 +83,20 @@ async function dropTable(ctx: RetentionBenchContext, table: string, topic: strin
   await admin.disconnect();
 }
 
-function runtimeFor(ctx: RetentionBenchContext, table: string, topic: string, retainMs: number, marginMs: number): Runtime {
+function runtimeFor(ctx: RetentionBenchContext, table: string, topic: string, retainMs: number, marginMs: number, sentRows: SentRowsMode = 'keep'): Runtime {
   const config = loadConfig({
     ...ctx.env,
     OUTBOX_TABLE: table,
     OUTBOX_TOPIC_TEMPLATE: topic,
-    OUTBOX_SENT_ROWS: 'keep',
+    OUTBOX_SENT_ROWS: sentRows === 'delete' ? 'delete' : 'keep',
     OUTBOX_RETAIN_SENT_MS: String(retainMs),
     OUTBOX_SAFETY_MARGIN_MS: String(marginMs),
     OUTBOX_METRICS: 'off',
     // its own application_name: tests that terminate the relay's backends by name leave it alone
     OUTBOX_CLIENT_ID: 'outbox-relay-bench',
   });
-  return new Runtime(config, ctx.logger);
+  // the in-place mark is no configuration any more: the store takes it from the bench
+  return new Runtime(config, ctx.logger, undefined, sentRows === 'mark-in-place' ? { sentRows } : {});
 }
 
 /** The application, in a worker thread (bench/producer-worker.ts): 500-row transactions whenever fewer than `target` rows are pending. */
@@ -163,20 +170,22 @@ interface Sample {
  * counts through the claim and sent_at indexes, the rest is pg_stat_user_tables (flushed by each
  * backend at most once a second). An exact count(*) of a 2 GB table took ~1 s of a core per sample.
  */
-async function sample(ctx: RetentionBenchContext, table: string, retainMs: number, inserted: number, elapsedS: number, previous: Sample | undefined): Promise<Sample> {
+async function sample(ctx: RetentionBenchContext, table: string, sentRows: SentRowsMode, retainMs: number, inserted: number, elapsedS: number, previous: Sample | undefined): Promise<Sample> {
   const t = qualified(parseTableName(table));
   const sent = qualified(sentTable(parseTableName(table)));
   const started = performance.now();
   const [p] = await ctx.sql.unsafe<{ pending: string }[]>(`SELECT count(*) AS pending FROM ${t} WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL`);
   const scanMs = performance.now() - started;
-  // the outbox and its sent table (migration 005) together: rows, dead tuples, sizes are sums;
-  // only retention deletes from the sent table, so its n_tup_del is what retention pruned
+  // the outbox and its sent table (migration 005) together: rows, dead tuples, sizes are sums.
+  // Sent rows are in the sent table, or in the outbox itself when marked in place; only retention
+  // deletes where they are, so that table's n_tup_del is what retention pruned.
+  const kept = sentRows === 'mark-in-place' ? t : sent;
   const [r] = await ctx.sql.unsafe<{ overdue: string; live: string; deleted: string; dead: string; autovacuums: string; total: string; indexes: string }[]>(
-    `SELECT (SELECT count(*) FROM ${sent} WHERE sent_at < now() - $1::int * interval '1 millisecond') AS overdue,
-            sum(s.n_live_tup) AS live, sum(s.n_tup_del) FILTER (WHERE s.relid = $3::regclass) AS deleted, sum(s.n_dead_tup) AS dead,
+    `SELECT (SELECT count(*) FROM ${kept} WHERE sent_at < now() - $1::int * interval '1 millisecond') AS overdue,
+            sum(s.n_live_tup) AS live, sum(s.n_tup_del) FILTER (WHERE s.relid = $4::regclass) AS deleted, sum(s.n_dead_tup) AS dead,
             sum(s.autovacuum_count) AS autovacuums, sum(pg_total_relation_size(s.relid)) AS total, sum(pg_indexes_size(s.relid)) AS indexes
      FROM pg_stat_user_tables s WHERE s.relid IN ($2::regclass, $3::regclass)`,
-    [retainMs, t, sent],
+    [retainMs, t, sent, kept],
   );
   const pending = Number(p!.pending);
   const rows = Number(r!.live);
@@ -243,10 +252,10 @@ interface LoadRun {
  * remaining time (EventBridge's minute and the Lambda timeout, compressed), the next one at the
  * next tick (late when the previous ran past it, as an overlapping tick would have started).
  */
-async function loadRun(ctx: RetentionBenchContext, name: string, label: string, seconds: number, retainMs: number, o: SustainedOptions): Promise<LoadRun> {
+async function loadRun(ctx: RetentionBenchContext, name: string, label: string, seconds: number, retainMs: number, o: SustainedOptions, sentRows: SentRowsMode): Promise<LoadRun> {
   const { table, t, topic } = await freshTable(ctx, name);
   const periodMs = o.invokeSeconds * 1000;
-  const runtime = runtimeFor(ctx, table, topic, retainMs, marginFor(periodMs));
+  const runtime = runtimeFor(ctx, table, topic, retainMs, marginFor(periodMs), sentRows);
   // a warm container: producer connected, topic metadata read
   await runtime.publisher().publish([], new Deadline(Date.now() + 10_000));
   await runtime.publisher().maxMessageBytes(topic, new Deadline(Date.now() + 10_000));
@@ -275,7 +284,7 @@ async function loadRun(ctx: RetentionBenchContext, name: string, label: string, 
     for (let k = 1; sampling; k++) {
       await nap(t0 + k * SAMPLE_MS - Date.now());
       if (!sampling) break;
-      const s = await sample(ctx, table, retainMs, producer.inserted, (Date.now() - t0) / 1000, samples.at(-1));
+      const s = await sample(ctx, table, sentRows, retainMs, producer.inserted, (Date.now() - t0) / 1000, samples.at(-1));
       samples.push(s);
       console.log(sampleLine(s));
     }
@@ -314,7 +323,7 @@ async function loadRun(ctx: RetentionBenchContext, name: string, label: string, 
   await producer.stop();
   // the relay's backends flush their statistics as they exit
   await runtime.close();
-  const final = await sample(ctx, table, retainMs, producer.inserted, (Date.now() - t0) / 1000, samples.at(-1));
+  const final = await sample(ctx, table, sentRows, retainMs, producer.inserted, (Date.now() - t0) / 1000, samples.at(-1));
   samples.push(final);
   const [exact] = await ctx.sql.unsafe<{ n: string }[]>(`SELECT count(*) AS n FROM ${t}`);
   console.log(`${sampleLine(final)}   final, producer and relay stopped; count(*) = ${fmt(Number(exact!.n))}`);
@@ -358,10 +367,52 @@ const stopsText = (r: LoadRun) =>
 export async function benchSustained(ctx: RetentionBenchContext, o: SustainedOptions): Promise<Record<string, unknown>> {
   const seconds = Math.round(o.minutes * 60);
   process.stderr.write(
-    `sustained: ${seconds} s with retention ${o.retainSeconds} s (after a ${o.baselineSeconds} s baseline without), ${o.invokeSeconds} s invocations (safety margin ${marginFor(o.invokeSeconds * 1000)} ms), ${o.producers} producer connections, batch ${ctx.batch}, ~${ctx.payloadBytes}-byte payloads, ${ctx.aggregates} aggregates\n`,
+    `sustained: ${seconds} s with retention ${o.retainSeconds} s (after a ${o.baselineSeconds} s baseline without), ${o.invokeSeconds} s invocations (safety margin ${marginFor(o.invokeSeconds * 1000)} ms), ${o.producers} producer connections, batch ${ctx.batch}, ~${ctx.payloadBytes}-byte payloads, ${ctx.aggregates} aggregates; sent rows: ${o.sentRows.join(', then ')}\n`,
   );
-  const baseline = o.baselineSeconds > 0 ? await loadRun(ctx, 'nore', 'baseline, retention off', o.baselineSeconds, 0, o) : undefined;
-  const main = await loadRun(ctx, 'sustained', 'sustained, retention on', seconds, o.retainSeconds * 1000, o);
+  const results: Array<[SentRowsMode, SustainedResult]> = [];
+  for (const mode of o.sentRows) results.push([mode, await sustainedOnce(ctx, o, seconds, mode)]);
+  if (results.length === 1) return { sentRows: results[0]![0], ...results[0]![1] };
+  // the ways side by side, each against the first named
+  const [, first] = results[0]!;
+  const cpuPer = (r: SustainedResult) => (r.cpuMsPer1k ? r.cpuMsPer1k.node + r.cpuMsPer1k.postgres + r.cpuMsPer1k.broker : undefined);
+  console.log(`\nsent rows, side by side (${seconds} s each, same run):`);
+  console.log(`${'sent rows'.padEnd(16)} ${'ev/s w/o retention'.padStart(18)} ${'ev/s with'.padStart(10)} ${'vs first'.padStart(8)} ${'retention costs'.padStart(15)} ${'claim ms/batch'.padStart(14)}   CPU ms/1k events with retention: node / pg / broker`);
+  for (const [mode, r] of results) {
+    const c = r.cpuMsPer1k;
+    console.log(
+      `${mode.padEnd(16)} ${(r.baselineEventsPerSec !== undefined ? fmt(r.baselineEventsPerSec) : '-').padStart(18)} ${fmt(r.relayEventsPerSec).padStart(10)} ${(r.relayEventsPerSec / first.relayEventsPerSec).toFixed(2).padStart(8)} ${(r.retentionCost !== undefined ? `${(r.retentionCost * 100).toFixed(1)} %` : '-').padStart(15)} ${r.claimWaitPerBatchMs.join(' → ').padStart(14)}   ${c ? `${c.node} / ${c.postgres} / ${c.broker} (total ${cpuPer(r)})` : '-'}`,
+    );
+  }
+  return Object.fromEntries(results.map(([mode, r]) => [mode, r]));
+}
+
+interface SustainedResult {
+  seconds: number;
+  invokeSeconds: number;
+  retainSeconds: number;
+  relayEventsPerSec: number;
+  relayLastHalfEventsPerSec: number;
+  baselineEventsPerSec: number | undefined;
+  retentionCost: number | undefined;
+  published: number;
+  pruned: number;
+  failures: number;
+  bounded: boolean;
+  claimWaitPerBatchMs: number[];
+  claimIndexWalkMaxMs: number[];
+  claimsSlowing: boolean;
+  /** CPU ms per 1,000 events of the run with retention, producer and sampler included */
+  cpuMsPer1k: { node: number; postgres: number; broker: number } | undefined;
+  [figure: string]: unknown;
+}
+
+/** One way of recording sent rows: the baseline without retention, then the main run with it. */
+async function sustainedOnce(ctx: RetentionBenchContext, o: SustainedOptions, seconds: number, sentRows: SentRowsMode): Promise<SustainedResult> {
+  const tag = o.sentRows.length > 1 ? ` (${sentRows})` : '';
+  // table names: bench_<name>_<run>; one name per mode, each table dropped at the end of its run
+  const short = { keep: '', delete: 'del', 'mark-in-place': 'inpl' }[sentRows];
+  const baseline = o.baselineSeconds > 0 ? await loadRun(ctx, `nore${short}`, `baseline, retention off${tag}`, o.baselineSeconds, 0, o, sentRows) : undefined;
+  const main = await loadRun(ctx, `sustained${short}`, `sustained, retention on${tag}`, seconds, o.retainSeconds * 1000, o, sentRows);
 
   // the halves of the main run (the final sample, taken once the producer and the relay stopped, belongs to the last)
   const timed = main.samples;
@@ -426,6 +477,13 @@ export async function benchSustained(ctx: RetentionBenchContext, o: SustainedOpt
     claimWaitPerBatchMs: [Number(claimFirst.toFixed(1)), Number(claimLast.toFixed(1))],
     claimIndexWalkMaxMs: [Number(scanFirst.toFixed(1)), Number(scanLast.toFixed(1))],
     claimsSlowing,
+    cpuMsPer1k: main.cpu
+      ? {
+          node: Math.round((main.cpu.node * 1e6) / main.published),
+          postgres: Math.round((main.cpu.postgres * 1e6) / main.published),
+          broker: Math.round((main.cpu.broker * 1e6) / main.published),
+        }
+      : undefined,
     ...Object.fromEntries(verdicts.map((v) => [v.key, [v.first, v.last]])),
   };
 }

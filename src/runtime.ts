@@ -9,7 +9,7 @@ import { createPublisher } from './kafka/clients.ts';
 import type { Publisher } from './kafka/publisher.ts';
 import type { Logger } from './log.ts';
 import { backlog, type Backlog } from './outbox/admin.ts';
-import { OutboxStore, isAuthError, isConnectionLost, wrapDbError } from './outbox/store.ts';
+import { OutboxStore, isAuthError, type StoreOptions, isConnectionLost, wrapDbError } from './outbox/store.ts';
 import { runInvocation, type Summary } from './relay.ts';
 import { databaseUrlFromSecret, kafkaCredentialsFromSecret, SecretsManagerSource, type SecretSource } from './secrets.ts';
 
@@ -25,6 +25,8 @@ export class Runtime {
     readonly config: Config,
     readonly logger: Logger,
     secrets?: SecretSource,
+    /** the benches' comparisons only: store options over those the configuration gives */
+    private readonly storeOverrides: StoreOptions = {},
   ) {
     this.secrets = secrets ?? new SecretsManagerSource();
     this.prepare = config.database.prepare;
@@ -125,6 +127,7 @@ export class Runtime {
     this.store ??= new OutboxStore(sql, this.config.outbox.table, this.config.outbox.parkedPolicy, {
       prepare: this.prepare,
       sentRows: this.config.outbox.sentRows,
+      ...this.storeOverrides,
     });
     return this.store;
   }

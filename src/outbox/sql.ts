@@ -77,9 +77,10 @@ aggs AS (
   SELECT aggregateid, max(seq) AS max_seq, array_agg(seq) AS seqs FROM cand GROUP BY aggregateid
 ),
 quick AS MATERIALIZED (
-  -- could anything be a gap? (one range scan of the claim index, usually ~2 batches long)
-  SELECT EXISTS (
-    SELECT 1 FROM ${t} o
+  -- could anything be a gap? (one range scan of the claim index, usually ~2 batches long; the
+  -- first such row in seq order, so that the claim index is the plan's only unsorted path)
+  SELECT (
+    SELECT true FROM ${t} o
     WHERE o.sent_at IS NULL AND o.skipped_at IS NULL AND o.parked_at IS NULL AND NOT o.waiting
       AND o.seq < (SELECT max(seq) FROM cand)
       AND o.seq NOT IN (SELECT seq FROM cand)
@@ -88,7 +89,9 @@ quick AS MATERIALIZED (
       -- below it (blocked above). Without this, 1,000 aggregates backing off put 1,000 such rows
       -- in the range and sent every claim through the per-aggregate probes.
       AND o.seq NOT IN (SELECT first_blocked FROM blocked)
-  )
+    ORDER BY o.seq
+    LIMIT 1
+  ) IS NOT NULL
   -- A waiting row (outside the claim index) below our rows of its aggregate is a gap too. The
   -- per-aggregate look runs only when the table has a waiting row at all; CASE keeps that order,
   -- and a scalar subquery with ORDER BY reads the waiting index's first entry (EXISTS was planned

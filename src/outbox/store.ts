@@ -18,6 +18,43 @@ export type { ClaimedRow, Failure };
 /** rows marked waiting per transaction by markWaiting: a long backlog is marked in short transactions */
 const MARK_WAITING_CHUNK = 10_000;
 
+/**
+ * What happens to an acked row: OUTBOX_SENT_ROWS's two values, and `mark-in-place`, how versions
+ * before migration 005 marked it (an UPDATE of the outbox row), kept for the benches' comparisons.
+ */
+export type SentRowsMode = 'keep' | 'delete' | 'mark-in-place';
+
+export interface StoreOptions {
+  /** false: no order guard (benchmark comparison only) */
+  guard?: boolean;
+  /** named prepared statements (DATABASE_PREPARE) */
+  prepare?: boolean;
+  sentRows?: SentRowsMode;
+}
+
+/**
+ * The planner settings of every batch transaction, set for that transaction only (OutboxStore
+ * .begin; a test plans the claim under them).
+ * - plan_cache_mode: the claim is planned for its actual parameters every time. A generic plan
+ *   (what Postgres switches a prepared statement to after five runs when it looks no dearer) does
+ *   not know the LIMIT: with rows waiting in the table it chose a sequential scan and a sort, 80
+ *   times slower, trying the aggregate lock of every pending row on the way.
+ * - enable_sort off: the claim must walk the claim index in seq order and stop after its LIMIT.
+ *   When the outbox holds little but pending rows (sent rows move out, or are deleted), every row
+ *   matches the claim's predicate, and the planner prices that ordered walk as a read of the whole
+ *   heap. After the first autovacuum of a table under full load (80,000 pages, 1,500 rows in
+ *   them) it read every pending row through the aggregate index and sorted them, every claim: the
+ *   relay moved 14 % fewer events/s (bench: --only sustained --sent-rows). The setting only prices
+ *   sorts out; no statement of a batch needs one.
+ */
+export const BATCH_PLANNER_SETTINGS: ReadonlyArray<readonly [string, string]> = [
+  ['plan_cache_mode', 'force_custom_plan'],
+  ['enable_sort', 'off'],
+];
+
+/** the batch transaction's timeouts ($1-$3) and planner settings, local to it (true) */
+const BATCH_SETTINGS_SQL = `SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $2, true), set_config('idle_in_transaction_session_timeout', $3, true), ${BATCH_PLANNER_SETTINGS.map((_, i) => `set_config($${4 + 2 * i}, $${5 + 2 * i}, true)`).join(', ')}`;
+
 export class OutboxStore implements Store {
   readonly table: string;
   readonly claimText: string;
@@ -27,7 +64,7 @@ export class OutboxStore implements Store {
   private readonly whyEmptyText: string;
   /** where `keep` moves sent rows (migration 005) */
   readonly sentTable: string;
-  private readonly sentRows: 'keep' | 'delete' | 'mark-in-place';
+  private readonly sentRows: SentRowsMode;
   /** checkTables() found the sent table writable (once per client) */
   private tablesChecked = false;
   private readonly pruneText: Record<PruneTarget, string>;
@@ -54,7 +91,7 @@ export class OutboxStore implements Store {
     readonly sql: Sql,
     table: TableName,
     policy: ParkedPolicy,
-    { guard = true, prepare = true, sentRows = 'keep' }: { guard?: boolean; prepare?: boolean; sentRows?: 'keep' | 'delete' | 'mark-in-place' } = {},
+    { guard = true, prepare = true, sentRows = 'keep' }: StoreOptions = {},
   ) {
     this.prepared = { prepare };
     this.table = qualified(table);
@@ -93,11 +130,7 @@ export class OutboxStore implements Store {
     const idleMs = String(Math.max(1, deadline.remaining() + 1_000));
     tx.opened = Promise.all([
       tx.run('BEGIN', conn`BEGIN`),
-      // plan_cache_mode: the claim is planned for its actual parameters every time. A generic plan
-      // (what Postgres switches a prepared statement to after five runs when it looks no dearer)
-      // does not know the LIMIT: with rows waiting in the table it chose a sequential scan and a
-      // sort, 80 times slower, trying the aggregate lock of every pending row on the way.
-      tx.run('setting timeouts', conn`SELECT set_config('statement_timeout', ${stmtMs}, true), set_config('lock_timeout', ${stmtMs}, true), set_config('idle_in_transaction_session_timeout', ${idleMs}, true), set_config('plan_cache_mode', 'force_custom_plan', true)`),
+      tx.run('setting timeouts', conn.unsafe(BATCH_SETTINGS_SQL, [stmtMs, stmtMs, idleMs, ...BATCH_PLANNER_SETTINGS.flat()], this.prepared)),
     ]).then(() => undefined);
     // awaited by the first statement that needs the transaction; never an unhandled rejection
     tx.opened.catch(() => undefined);
