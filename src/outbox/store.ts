@@ -45,7 +45,8 @@ export interface StoreOptions {
  *   heap. After the first autovacuum of a table under full load (80,000 pages, 1,500 rows in
  *   them) it read every pending row through the aggregate index and sorted them, every claim: the
  *   relay moved 14 % fewer events/s (bench: --only sustained --sent-rows). The setting only prices
- *   sorts out; no statement of a batch needs one.
+ *   sorts out of the plan where another path exists: the batch's other statements read through
+ *   indexes or in no order, and a statement with no other way still sorts.
  */
 export const BATCH_PLANNER_SETTINGS: ReadonlyArray<readonly [string, string]> = [
   ['plan_cache_mode', 'force_custom_plan'],
