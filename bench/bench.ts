@@ -23,7 +23,7 @@ import { toMessage } from '../src/kafka/message.ts';
 import { createLogger } from '../src/log.ts';
 import { parseTableName, qualified } from '../src/outbox/identifier.ts';
 import { dropOutbox, migrate } from '../src/outbox/migrate.ts';
-import { OutboxStore, type SentRowsMode } from '../src/outbox/store.ts';
+import { OutboxStore, SENT_ROWS_MODES, type SentRowsMode } from '../src/outbox/store.ts';
 import { runInvocation } from '../src/relay.ts';
 import { CpuMeter, parentPid, type CpuSample } from './cpu.ts';
 import { DebeziumPeer, type PeerCpu } from './debezium/peer.ts';
@@ -274,8 +274,6 @@ function median(results: Result[]): Result & { min: number; max: number } {
   const mid = sorted[Math.floor(sorted.length / 2)]!;
   return { ...mid, min: sorted[0]!.perSec, max: sorted[sorted.length - 1]!.perSec };
 }
-
-const SENT_ROWS_MODES: readonly SentRowsMode[] = ['keep', 'delete', 'mark-in-place'];
 
 function sentRowsModes(list: string): SentRowsMode[] {
   const modes = list.split(',').map((m) => m.trim()).filter(Boolean);

@@ -22,7 +22,8 @@ const MARK_WAITING_CHUNK = 10_000;
  * What happens to an acked row: OUTBOX_SENT_ROWS's two values, and `mark-in-place`, how versions
  * before migration 005 marked it (an UPDATE of the outbox row), kept for the benches' comparisons.
  */
-export type SentRowsMode = 'keep' | 'delete' | 'mark-in-place';
+export const SENT_ROWS_MODES = ['keep', 'delete', 'mark-in-place'] as const;
+export type SentRowsMode = (typeof SENT_ROWS_MODES)[number];
 
 export interface StoreOptions {
   /** false: no order guard (benchmark comparison only) */
