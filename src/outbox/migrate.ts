@@ -38,9 +38,10 @@ export function render(sqlText: string, table: TableName): string {
     idx_skipped: derivedName(table, 'skipped_idx'),
     idx_waiting: derivedName(table, 'waiting_idx'),
     // DROP INDEX names an index by its schema, not by its table's
-    idx_claim_qualified: table.schema ? `${quoteIdent(table.schema)}.${derivedName(table, 'claim_idx')}` : derivedName(table, 'claim_idx'),
+    idx_claim_qualified: inSchema(table, derivedName(table, 'claim_idx')),
+    idx_retry_qualified: inSchema(table, derivedName(table, 'retry_idx')),
     // a function lives in a schema: the table's, or (unqualified, like the table) the search_path's
-    notify_fn: table.schema ? `${quoteIdent(table.schema)}.${derivedName(table, 'notify')}` : derivedName(table, 'notify'),
+    notify_fn: inSchema(table, derivedName(table, 'notify')),
     notify_trigger: derivedName(table, 'notify'),
     channel: quoteLiteral(notifyChannel(table)),
     sent_table: qualified(sentTable(table)),
@@ -51,6 +52,11 @@ export function render(sqlText: string, table: TableName): string {
     if (v === undefined) throw new Error(`unknown migration placeholder {{${key}}}`);
     return v;
   });
+}
+
+/** an object that lives in the table's schema (an index, a function), named so a statement finds it there */
+function inSchema(table: TableName, name: string): string {
+  return table.schema ? `${quoteIdent(table.schema)}.${name}` : name;
 }
 
 export interface MigrateResult {

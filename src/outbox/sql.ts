@@ -65,11 +65,19 @@ cand AS MATERIALIZED (
          OR r.seq < (SELECT b.first_blocked FROM blocked b WHERE b.aggregateid = r.aggregateid))
     AND NOT EXISTS (SELECT 1 FROM held h WHERE h.aggregateid = r.aggregateid AND h.first_held <= r.seq)
     AND r.aggregateid <> ALL ($3::text[])
-    -- CASE: only try the aggregate lock for rows that are otherwise claimable
+    -- due: tested on the claim index's entry (its second key, migration 006), so a row that backs
+    -- off is passed over without reading it
+    AND r.next_attempt_at <= now()
+    -- CASE: only try the aggregate lock for rows that are otherwise claimable, whatever order the
+    -- plan tests the conditions in
     AND CASE WHEN r.next_attempt_at <= now()
              THEN pg_try_advisory_xact_lock(hashtextextended(r.aggregateid, hashtext($2)))
              ELSE false END
-  ORDER BY r.seq
+  -- the claim index's order, both keys (seq is unique: this is seq order). Only the claim
+  -- index yields it without a sort, and the batch's planner settings price sorts out
+  -- (BATCH_PLANNER_SETTINGS); by seq alone, Postgres walked the seq_key index on an outbox of
+  -- pending rows, reading the waiting rows and every backing-off row from the heap
+  ORDER BY r.seq, r.next_attempt_at
   LIMIT $1
   FOR UPDATE OF r SKIP LOCKED
 ),
@@ -85,11 +93,14 @@ quick AS MATERIALIZED (
       AND o.seq < (SELECT max(seq) FROM cand)
       AND o.seq NOT IN (SELECT seq FROM cand)
       AND o.seq NOT IN (SELECT unnest($4::bigint[]))
-      -- an aggregate's first blocking row is never a gap: every row claimed of its aggregate is
-      -- below it (blocked above). Without this, 1,000 aggregates backing off put 1,000 such rows
-      -- in the range and sent every claim through the per-aggregate probes.
-      AND o.seq NOT IN (SELECT first_blocked FROM blocked)
-    ORDER BY o.seq
+      -- a row that backs off (failed, not due) is never a gap: it blocks its aggregate, so every
+      -- row claimed of that aggregate is below it (blocked above). Without this, 1,000 aggregates
+      -- backing off put 1,000 such rows in the range and sent every claim through the
+      -- per-aggregate probes. A row not due that never failed (set so by hand) blocks nothing and
+      -- stays a possible gap. Both columns are in the claim index (migration 006): tested on the
+      -- index entry, no heap read.
+      AND (o.next_attempt_at <= now() OR o.attempts = 0)
+    ORDER BY o.seq, o.next_attempt_at -- as the claim's: the claim index's own order
     LIMIT 1
   ) IS NOT NULL
   -- A waiting row (outside the claim index) below our rows of its aggregate is a gap too. The

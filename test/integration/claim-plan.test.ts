@@ -25,6 +25,10 @@ interface PlanNode {
   'Node Type': string;
   'Index Name'?: string;
   'Subplan Name'?: string;
+  'Index Cond'?: string;
+  'Actual Rows'?: number;
+  'Actual Loops'?: number;
+  'Rows Removed by Filter'?: number;
   Plans?: PlanNode[];
 }
 
@@ -75,7 +79,7 @@ describe('claim plan', () => {
 
     const guided = await plan(BATCH_PLANNER_SETTINGS);
     const shape = cand(guided).map((n) => `${n['Node Type']}${n['Index Name'] ? ` on ${n['Index Name']}` : ''}`);
-    assert.ok(!guided.some((n) => n['Node Type'] === 'Sort'), `the claim sorts: ${shape.join(' > ')}`);
+    assert.ok(!guided.some((n) => n['Node Type'].endsWith('Sort')), `the claim sorts: ${shape.join(' > ')}`);
     assert.ok(
       cand(guided).some((n) => n['Node Type'] === 'Index Scan' && n['Index Name'] === claimIndex),
       `the claim does not walk ${claimIndex}: ${shape.join(' > ')}`,
@@ -91,5 +95,96 @@ describe('claim plan', () => {
       Array.from({ length: 500 }, (_, i) => Number(first!.seq) + i),
     );
     assert.ok(rows.every((r) => r.publishable));
+  });
+
+  it('1,000 aggregates backing off, their later rows waiting: the claim passes over the backing-off rows inside the claim index, runs no per-aggregate gap probe, and claims the clean rows in order', async () => {
+    const table = uniqueName('planbackoff');
+    const name = parseTableName(table);
+    await migrate(sql, name);
+    const t = qualified(name);
+    const STUCK = 1_000;
+    // older than every clean row, as the bench's: a claim in seq order meets every failed row first
+    await sql.unsafe(
+      `INSERT INTO ${t} (aggregatetype, aggregateid, type, payload, attempts, next_attempt_at, last_error)
+       SELECT 'order', 'stuck-' || (g % $1::int), 'Failed', '{}', 1, now() + interval '1 hour', 'the test says so'
+       FROM generate_series(0, 2 * $1::int - 1) g ORDER BY g`,
+      [STUCK],
+    );
+    await sql.unsafe(
+      `INSERT INTO ${t} (aggregatetype, aggregateid, type, payload)
+       SELECT 'order', 'stuck-' || (g % $1::int), 'Waiting', '{}' FROM generate_series(0, 10 * $1::int - 1) g ORDER BY g`,
+      [STUCK],
+    );
+    const store = new OutboxStore(sql, name, 'hold');
+    const deadline = new Deadline(Date.now() + 20_000);
+    // the second failed row of each aggregate waits behind the first, as the later rows do
+    assert.equal(await store.markWaiting(deadline), 11 * STUCK);
+    await sql.unsafe(
+      `INSERT INTO ${t} (aggregatetype, aggregateid, type, payload)
+       SELECT 'order', 'o-' || (g % 100), 'Clean', jsonb_build_object('n', g) FROM generate_series(1, 600) g ORDER BY g`,
+    );
+    await sql.unsafe(`VACUUM ANALYZE ${t}`);
+
+    const claimIndex = `${table}_claim_idx`;
+    const all = await sql.begin(async (tx) => {
+      for (const [k, v] of BATCH_PLANNER_SETTINGS) await tx`SELECT set_config(${k}, ${v}, true)`;
+      const [row] = await tx.unsafe<Array<{ 'QUERY PLAN': Array<{ Plan: PlanNode }> }>>(`EXPLAIN (ANALYZE, FORMAT JSON) ${store.claimText}`, [500, t, [], [], '', []]);
+      return nodes(row!['QUERY PLAN'][0]!.Plan);
+    });
+    const subtree = (label: string) => nodes(all.find((n) => n['Subplan Name'] === label)!);
+    const shape = (list: PlanNode[]) => list.map((n) => `${n['Node Type']}${n['Index Name'] ? ` on ${n['Index Name']}` : ''}`).join(' > ');
+
+    // the claim's scan: the failed rows are not due, and that is decided on the index entry
+    const scan = subtree('CTE cand').find((n) => n['Index Name'] === claimIndex);
+    assert.ok(scan, `the claim does not walk ${claimIndex}: ${shape(subtree('CTE cand'))}`);
+    assert.match(scan['Index Cond'] ?? '', /next_attempt_at <= now\(\)/, 'the claim tests next_attempt_at outside the index');
+    assert.equal(scan['Actual Rows'], 500);
+    assert.equal(scan['Rows Removed by Filter'] ?? 0, 0, `the claim read ${scan['Rows Removed by Filter']} rows from the heap to leave them out`);
+
+    // the quick gap check: no failed row is a possible gap (each blocks its own aggregate, whose
+    // rows the claim leaves out above it), so the per-aggregate probes never run
+    const probes = subtree('CTE gap').filter((n) => n['Index Name'] === `${table}_aggregate_idx`);
+    assert.ok(probes.length > 0, `no gap probe in the plan: ${shape(subtree('CTE gap'))}`);
+    assert.ok(
+      probes.every((n) => (n['Actual Loops'] ?? 0) === 0),
+      `the claim probed ${Math.max(...probes.map((n) => n['Actual Loops'] ?? 0))} aggregates for gaps`,
+    );
+
+    // and the store's own transaction claims the oldest 500 clean rows, in order, all publishable
+    const tx = await store.begin(deadline);
+    const rows = await tx.claim(500);
+    await tx.rollback();
+    const [first] = await sql.unsafe<{ seq: string }[]>(`SELECT min(seq)::text AS seq FROM ${t} WHERE type = 'Clean'`);
+    assert.deepEqual(
+      rows.map((r) => Number(r.seq)),
+      Array.from({ length: 500 }, (_, i) => Number(first!.seq) + i),
+    );
+    assert.ok(rows.every((r) => r.publishable));
+  });
+
+  it('G4: a row set not due by hand, that never failed, still holds back its aggregate\'s later rows', async () => {
+    const table = uniqueName('plandue');
+    const name = parseTableName(table);
+    await migrate(sql, name);
+    const t = qualified(name);
+    await sql.unsafe(
+      `INSERT INTO ${t} (aggregatetype, aggregateid, type, payload)
+       SELECT 'order', 'o-' || (g % 10), 'Placed', jsonb_build_object('n', g) FROM generate_series(1, 50) g ORDER BY g`,
+    );
+    // attempts stays 0: nothing failed, so the aggregate is not blocked; only the gap check can hold o-3 back
+    const [held] = await sql.unsafe<{ seq: string }[]>(
+      `UPDATE ${t} SET next_attempt_at = now() + interval '1 hour'
+       WHERE seq = (SELECT min(seq) FROM ${t} WHERE aggregateid = 'o-3') RETURNING seq::text`,
+    );
+    await sql.unsafe(`VACUUM ANALYZE ${t}`);
+    const store = new OutboxStore(sql, name, 'hold');
+    const tx = await store.begin(new Deadline(Date.now() + 20_000));
+    const rows = await tx.claim(500);
+    await tx.rollback();
+    assert.equal(rows.length, 49, 'every row but the one not due is claimed');
+    const o3 = rows.filter((r) => r.aggregateid === 'o-3');
+    assert.equal(o3.length, 4);
+    assert.ok(o3.every((r) => !r.publishable), `o-3's rows after seq ${held!.seq} were publishable ahead of it`);
+    assert.ok(rows.filter((r) => r.aggregateid !== 'o-3').every((r) => r.publishable));
   });
 });
