@@ -34,6 +34,17 @@ export function derivedName(t: TableName, suffix: string): string {
 }
 
 /**
+ * A schema-wide object's name for this table (a trigger function): as derivedName(), but a name too
+ * long keeps a hash of the whole table name, so two long outbox names never share the object (a
+ * function of one table's overwritten by the other's).
+ */
+export function derivedUniqueName(t: TableName, suffix: string): string {
+  const name = `${t.name}_${suffix}`;
+  if (name.length <= 63) return quoteIdent(name);
+  return quoteIdent(`${t.name.slice(0, 63 - suffix.length - 10)}_${fnv1a(t.name)}_${suffix}`);
+}
+
+/**
  * The table that keeps sent rows in `keep` mode (migration 005): the outbox table's name with
  * `_sent`, in the same schema. A name too long for that keeps its first 45 characters and a hash
  * of the whole, so two long outbox names never share a sent table.

@@ -4,7 +4,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Sql } from 'postgres';
-import { derivedName, displayName, notifyChannel, qualified, quoteIdent, quoteLiteral, sentTable, type TableName } from './identifier.ts';
+import { derivedName, derivedUniqueName, displayName, notifyChannel, qualified, quoteIdent, quoteLiteral, sentTable, type TableName } from './identifier.ts';
 
 export interface Migration {
   version: number;
@@ -43,6 +43,10 @@ export function render(sqlText: string, table: TableName): string {
     // a function lives in a schema: the table's, or (unqualified, like the table) the search_path's
     notify_fn: inSchema(table, derivedName(table, 'notify')),
     notify_trigger: derivedName(table, 'notify'),
+    // a hash when truncated: this one names its table, and two tables must not share it
+    unwait_fn: inSchema(table, derivedUniqueName(table, 'unwait')),
+    unwait_delete_trigger: derivedName(table, 'unwait_on_delete'),
+    unwait_update_trigger: derivedName(table, 'unwait_on_update'),
     channel: quoteLiteral(notifyChannel(table)),
     sent_table: qualified(sentTable(table)),
     idx_sent_table: derivedName(sentTable(table), 'sent_at_idx'),
@@ -95,14 +99,14 @@ export async function migrate(sql: Sql, table: TableName, migrations = loadMigra
 }
 
 /**
- * The inverse of migrate(): drops the outbox table, its sent table and its notify function, and
+ * The inverse of migrate(): drops the outbox table, its sent table and its trigger functions, and
  * forgets the table's migrations. For the benchmark's and tests' throwaway tables; the relay never
  * calls it.
  */
 export async function dropOutbox(sql: Sql, table: TableName): Promise<void> {
   await sql.begin(async (tx) => {
     await tx.unsafe(`DROP TABLE IF EXISTS ${qualified(table)}, ${qualified(sentTable(table))}`);
-    await tx.unsafe(`DROP FUNCTION IF EXISTS ${render('{{notify_fn}}', table)}()`);
+    await tx.unsafe(`DROP FUNCTION IF EXISTS ${render('{{notify_fn}}', table)}(), ${render('{{unwait_fn}}', table)}()`);
     await tx`DELETE FROM outbox_relay_migrations WHERE target = ${displayName(table)}`;
   });
 }

@@ -43,7 +43,15 @@ import type { PruneTarget } from '../loop/ports.ts';
  */
 export function claimSql(t: string, policy: ParkedPolicy): string {
   return `
-WITH blocked AS MATERIALIZED (${blockedAggregates(t, policy)}),
+WITH failed AS MATERIALIZED (
+  -- the aggregates that have a failed row (normally none), each with its first blocking row, if
+  -- any (blockedAggregates, read once for both uses)
+  SELECT aggregateid, min(seq) FILTER (WHERE ${blockingRows(policy)}) AS first_blocked
+  FROM ${t}
+  WHERE sent_at IS NULL AND skipped_at IS NULL AND attempts > 0
+  GROUP BY aggregateid
+),
+blocked AS NOT MATERIALIZED (SELECT aggregateid, first_blocked FROM failed WHERE first_blocked IS NOT NULL),
 held AS MATERIALIZED (
   -- first row per aggregate bound for a backed-off topic; a one-time filter skips the scan when none is
   SELECT aggregateid, min(seq) AS first_held
@@ -103,14 +111,20 @@ quick AS MATERIALIZED (
     ORDER BY o.seq, o.next_attempt_at -- as the claim's: the claim index's own order
     LIMIT 1
   ) IS NOT NULL
-  -- A waiting row (outside the claim index) below our rows of its aggregate is a gap too. The
-  -- per-aggregate look runs only when the table has a waiting row at all; CASE keeps that order,
-  -- and a scalar subquery with ORDER BY reads the waiting index's first entry (EXISTS was planned
-  -- as a sequential scan for the first waiting row).
+  -- A waiting row (outside the claim index) below our rows of its aggregate is a gap too: its
+  -- mark is stale. A mark is justified by a failed row of its aggregate below it, and when an
+  -- aggregate's last failed row goes, a trigger clears its marks in the same statement
+  -- (migration 007). So only the claimed aggregates that still have a failed row can have stale
+  -- marks (the row is due now, or parked under the skip policy, or the policy changed): only
+  -- those are probed, and with many aggregates backing off, the clean ones claimed are not.
+  -- The look runs only when the table has a waiting row at all; CASE keeps that order, and a
+  -- scalar subquery with ORDER BY reads the waiting index's first entry (EXISTS was planned as a
+  -- sequential scan for the first waiting row).
   OR CASE WHEN (SELECT true FROM ${t} w WHERE w.waiting AND w.sent_at IS NULL AND w.skipped_at IS NULL ORDER BY w.aggregateid, w.seq LIMIT 1)
-          -- LATERAL ... LIMIT 1: one probe of the waiting index per claimed aggregate (a semi-join
+          -- LATERAL ... LIMIT 1: one probe of the waiting index per such aggregate (a semi-join
           -- was planned as a hash of every waiting row)
-          THEN EXISTS (SELECT 1 FROM aggs a CROSS JOIN LATERAL (
+          -- (OFFSET 0: the join with failed first; flattened, Postgres probed every claimed aggregate and joined after)
+          THEN EXISTS (SELECT 1 FROM (SELECT a.aggregateid, a.max_seq FROM aggs a JOIN failed f ON f.aggregateid = a.aggregateid OFFSET 0) a CROSS JOIN LATERAL (
                  SELECT 1 FROM ${t} w
                  WHERE w.aggregateid = a.aggregateid AND w.waiting AND w.sent_at IS NULL AND w.skipped_at IS NULL
                    AND w.seq < a.max_seq
@@ -213,16 +227,16 @@ WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL AND NOT waiti
 }
 
 /**
- * Per aggregate, its first blocking row (blockingRows): the claim leaves out what follows it,
- * the why-empty check and the waiting marks read the same. Only rows that failed at least once
- * are read (partial index on attempts > 0): normally none. `only`: a further condition.
+ * Per aggregate, its first blocking row (blockingRows), for the why-empty check; the claim and the
+ * waiting marks read the same rows. Only rows that failed at least once are read (partial index
+ * on attempts > 0): normally none.
  */
-function blockedAggregates(t: string, policy: ParkedPolicy, only?: string): string {
+function blockedAggregates(t: string, policy: ParkedPolicy): string {
   return `
   SELECT aggregateid, min(seq) AS first_blocked
   FROM ${t}
   WHERE sent_at IS NULL AND skipped_at IS NULL AND attempts > 0
-    AND (${blockingRows(policy)})${only ? `\n    AND (${only})` : ''}
+    AND (${blockingRows(policy)})
   GROUP BY aggregateid
 `;
 }
@@ -446,7 +460,18 @@ function waitingAggregates(t: string): string {
  */
 export function markWaitingSql(t: string, policy: ParkedPolicy): string {
   return `
-WITH blocked AS MATERIALIZED (${blockedAggregates(t, policy, '$1::text[] IS NULL OR aggregateid = ANY ($1::text[])')}),
+WITH blockers AS MATERIALIZED (
+  -- the blocking rows this pass relies on, share-locked until it commits: whoever takes one away
+  -- meanwhile (the relay sending it once due, a DELETE by hand) waits, and the trigger of
+  -- migration 007 then sees our marks and clears them. A blocking row someone else holds is left
+  -- out, and so are the rows behind it (a claim's batch holds it: it is being sent).
+  SELECT aggregateid, seq FROM ${t}
+  WHERE sent_at IS NULL AND skipped_at IS NULL AND attempts > 0
+    AND (${blockingRows(policy)})
+    AND ($1::text[] IS NULL OR aggregateid = ANY ($1::text[]))
+  FOR SHARE SKIP LOCKED
+),
+blocked AS MATERIALIZED (SELECT aggregateid, min(seq) AS first_blocked FROM blockers GROUP BY aggregateid),
 since AS MATERIALIZED (
   -- where to start: after the last row already marked (a backward probe of the waiting index)
   SELECT b.aggregateid, greatest(b.first_blocked, coalesce(

@@ -97,7 +97,7 @@ describe('claim plan', () => {
     assert.ok(rows.every((r) => r.publishable));
   });
 
-  it('1,000 aggregates backing off, their later rows waiting: the claim passes over the backing-off rows inside the claim index, runs no per-aggregate gap probe, and claims the clean rows in order', async () => {
+  it('1,000 aggregates backing off, their later rows waiting: the claim passes over the backing-off rows inside the claim index, runs no per-aggregate gap or waiting probe, and claims the clean rows in order', async () => {
     const table = uniqueName('planbackoff');
     const name = parseTableName(table);
     await migrate(sql, name);
@@ -148,6 +148,16 @@ describe('claim plan', () => {
     assert.ok(
       probes.every((n) => (n['Actual Loops'] ?? 0) === 0),
       `the claim probed ${Math.max(...probes.map((n) => n['Actual Loops'] ?? 0))} aggregates for gaps`,
+    );
+
+    // the waiting rows' index: read once for its first entry (does any row wait?), and not probed
+    // for the clean aggregates claimed, which have no failed row whose marks could be stale
+    const waitingReads = subtree('CTE quick').filter((n) => n['Index Name'] === `${table}_waiting_idx`);
+    assert.equal(waitingReads.length, 2, `the quick check's reads of the waiting index: ${shape(subtree('CTE quick'))}`);
+    assert.deepEqual(
+      waitingReads.map((n) => n['Actual Loops']),
+      [1, 0],
+      'the claim probed the waiting index for aggregates that have no failed row',
     );
 
     // and the store's own transaction claims the oldest 500 clean rows, in order, all publishable

@@ -64,39 +64,115 @@ describe('waiting marks', () => {
     assert.ok(isSorted(p), `P's rows in seq order: ${p.join(',')}`);
   });
 
-  it('stale marks (a blocking row deleted by hand): a claim holds back the rows after them (G4), and the next invocation clears them and delivers all in order', async () => {
-    const f = await fixture(sql, 'wait_stale');
-    const t = qualified(parseTableName(f.table));
-    await insertEvents(sql, f.table, Array.from({ length: 3 }, (_, i) => ({ aggregateid: 'S', type: `S${i}` })));
-    // as if a blocking row had marked them, then been deleted by hand: nothing blocks S any more
-    await sql.unsafe(`UPDATE ${t} SET waiting = true`);
-    await insertEvents(sql, f.table, Array.from({ length: 3 }, (_, i) => ({ aggregateid: 'S', type: `S${i + 3}` })));
+  for (const [how, change] of [
+    ['deleted', 'DELETE FROM {t} WHERE seq = $1'],
+    ['reset to attempts 0', "UPDATE {t} SET attempts = 0, next_attempt_at = '-infinity' WHERE seq = $1"],
+  ] as const) {
+    it(`a blocking row ${how} by hand, mid-invocation: the marks behind it go in the same statement (migration 007), so the next claim takes its aggregate's rows in order (G4)`, async () => {
+      const f = await fixture(sql, 'wait_hand');
+      const t = qualified(parseTableName(f.table));
+      await insertEvents(sql, f.table, [{ aggregateid: 'S', type: 'S0' }]);
+      const [blocking] = await sql.unsafe<{ seq: string }[]>(
+        `UPDATE ${t} SET attempts = 1, next_attempt_at = now() + interval '1 hour', last_error = 'earlier failure' RETURNING seq::text`,
+      );
+      await insertEvents(sql, f.table, Array.from({ length: 3 }, (_, i) => ({ aggregateid: 'S', type: `S${i + 1}` })));
+      const store = new OutboxStore(sql, parseTableName(f.table), 'hold');
+      const deadline = new Deadline(Date.now() + 10_000);
+      assert.equal(await store.markWaiting(deadline), 3);
+      // written after the marking: not marked, held back by the blocking row alone
+      await insertEvents(sql, f.table, Array.from({ length: 2 }, (_, i) => ({ aggregateid: 'S', type: `S${i + 4}` })));
 
-    // the claim itself: S3..S5 are claimable, S0..S2 are outside the claim index, yet a gap
+      await sql.unsafe(change.replace('{t}', t), [blocking!.seq]);
+      assert.deepEqual(await waitingSeqs(f.table), [], 'the marks outlived their blocking row');
+
+      // the claim sees every row of S, in order: none jumps the rows that were marked
+      const tx = await store.begin(deadline);
+      const rows = await tx.claim(100, { aggregates: [], inFlight: [], topics: [], topicTemplate: f.template });
+      await tx.rollback();
+      const expected = how === 'deleted' ? ['S1', 'S2', 'S3', 'S4', 'S5'] : ['S0', 'S1', 'S2', 'S3', 'S4', 'S5'];
+      assert.deepEqual(rows.map((r) => [r.type, r.publishable]), expected.map((type) => [type, true]));
+
+      const s = await invokeOk(f.env);
+      assert.equal(s.published, expected.length, JSON.stringify(s));
+      const messages = await consumeAll([f.topic('order')], expected.length);
+      const seqs = await seqsById(sql, f.table);
+      assert.deepEqual(firstCopyOrder(messages, (id) => seqs.get(id)!).get('S'), [...seqs.values()].sort((a, b) => a - b), 'S in seq order');
+    });
+  }
+
+  it('stale marks behind a failed row that is due again: the claim probes its aggregate and holds back the rows after the marks (G4)', async () => {
+    const f = await fixture(sql, 'wait_due');
+    const t = qualified(parseTableName(f.table));
+    await insertEvents(sql, f.table, [{ aggregateid: 'S', type: 'S0' }]);
+    await sql.unsafe(`UPDATE ${t} SET attempts = 1, next_attempt_at = now() + interval '1 hour', last_error = 'earlier failure'`);
+    await insertEvents(sql, f.table, Array.from({ length: 3 }, (_, i) => ({ aggregateid: 'S', type: `S${i + 1}` })));
     const store = new OutboxStore(sql, parseTableName(f.table), 'hold');
-    const tx = await store.begin(new Deadline(Date.now() + 10_000));
+    const deadline = new Deadline(Date.now() + 10_000);
+    assert.equal(await store.markWaiting(deadline), 3);
+    // its backoff ends (time passing does this without a statement, so no trigger runs): the
+    // marks stay until the row is sent; a row written now is not marked
+    await sql.unsafe(`UPDATE ${t} SET next_attempt_at = now() - interval '1 second' WHERE attempts > 0`);
+    await insertEvents(sql, f.table, [{ aggregateid: 'S', type: 'S4' }]);
+    assert.equal((await waitingSeqs(f.table)).length, 3);
+
+    const tx = await store.begin(deadline);
     const rows = await tx.claim(100, { aggregates: [], inFlight: [], topics: [], topicTemplate: f.template });
     await tx.rollback();
     assert.deepEqual(
       rows.map((r) => [r.type, r.publishable]),
       [
-        ['S3', false],
+        ['S0', true],
         ['S4', false],
-        ['S5', false],
       ],
-      'the rows after the stale waiting rows are held back',
+      'S4 went ahead of the waiting S1..S3',
     );
 
+    // sending S0 clears the marks, and the rest follows in order
     const s = await invokeOk(f.env);
-    assert.equal(s.published, 6, JSON.stringify(s));
-    assert.deepEqual(await counts(sql, f.table), { total: 6, sent: 6, parked: 0, pending: 0 });
-    const messages = await consumeAll([f.topic('order')], 6);
+    assert.equal(s.published, 5, JSON.stringify(s));
+    const messages = await consumeAll([f.topic('order')], 5);
     const seqs = await seqsById(sql, f.table);
-    assert.deepEqual(
-      firstCopyOrder(messages, (id) => seqs.get(id)!).get('S'),
-      [...seqs.values()].sort((a, b) => a - b),
-      'S0..S5 in seq order',
+    assert.deepEqual(firstCopyOrder(messages, (id) => seqs.get(id)!).get('S'), [...seqs.values()].sort((a, b) => a - b), 'S0..S4 in seq order');
+  });
+
+  it('marking beside a DELETE by hand of the blocking row: the DELETE waits for the marks to commit, then clears them', async () => {
+    const f = await fixture(sql, 'wait_race');
+    const t = qualified(parseTableName(f.table));
+    await insertEvents(sql, f.table, [{ aggregateid: 'S', type: 'S0' }]);
+    const [blocking] = await sql.unsafe<{ seq: string }[]>(
+      `UPDATE ${t} SET attempts = 1, next_attempt_at = now() + interval '1 hour', last_error = 'earlier failure' RETURNING seq::text`,
     );
+    await insertEvents(sql, f.table, Array.from({ length: 3 }, (_, i) => ({ aggregateid: 'S', type: `S${i + 1}` })));
+    const store = new OutboxStore(sql, parseTableName(f.table), 'hold');
+    const other = db();
+    let release: (() => void) | undefined;
+    try {
+      const released = new Promise<void>((resolve) => (release = resolve));
+      let marked!: (n: number) => void;
+      const markedRows = new Promise<number>((resolve) => (marked = resolve));
+      // a marking pass, open: its marks are not visible to anyone else yet
+      const marking = sql.begin(async (tx) => {
+        marked((await tx.unsafe(store.markWaitingText, [null, 10_000])).count);
+        await released;
+      });
+      assert.equal(await markedRows, 3);
+      // (postgres.js sends a query when it is awaited; execute() sends it now)
+      const deleting = other.unsafe(`DELETE FROM ${t} WHERE seq = $1`, [blocking!.seq]).execute();
+      // the DELETE waits on the marking's lock of the row it deletes
+      const waitingOnLock = async () =>
+        (await sql<{ n: number }[]>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'DELETE FROM%'`)[0]!.n;
+      const until = Date.now() + 5_000;
+      while ((await waitingOnLock()) === 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+      const waited = await waitingOnLock();
+      release?.();
+      await marking;
+      await deleting;
+      assert.equal(waited, 1, 'the DELETE did not wait for the marking pass');
+      assert.deepEqual(await waitingSeqs(f.table), [], 'marks committed beside the DELETE outlived their blocking row');
+    } finally {
+      release?.();
+      await other.end();
+    }
   });
 
   it('backing-off aggregates: the rows written behind them are marked by the next invocation, and freed as each backoff ends and its row is sent, within the same invocation', async () => {

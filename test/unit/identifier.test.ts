@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { derivedName, displayName, notifyChannel, parseTableName, qualified, quoteIdent, quoteLiteral, sentTable } from '../../src/outbox/identifier.ts';
+import { derivedName, derivedUniqueName, displayName, notifyChannel, parseTableName, qualified, quoteIdent, quoteLiteral, sentTable } from '../../src/outbox/identifier.ts';
 import { loadMigrations, render } from '../../src/outbox/migrate.ts';
 
 describe('identifiers', () => {
@@ -19,6 +19,16 @@ describe('identifiers', () => {
     const n = derivedName(parseTableName('x'.repeat(63)), 'aggregate_idx');
     assert.ok(n.length <= 65);
     assert.ok(n.endsWith('_aggregate_idx"'));
+  });
+
+  it('names a schema-wide object within 63 characters, distinct for long table names that share a prefix', () => {
+    assert.equal(derivedUniqueName(parseTableName('app.outbox'), 'unwait'), '"outbox_unwait"');
+    const [x, y] = [`${'t'.repeat(58)}aaaaa`, `${'t'.repeat(58)}bbbbb`].map((n) => derivedUniqueName(parseTableName(n), 'unwait'));
+    assert.notEqual(x, y);
+    for (const n of [x!, y!]) {
+      assert.equal(n.length, 65, n);
+      assert.ok(n.endsWith('_unwait"'), n);
+    }
   });
 
   it('renders migrations with quoted names only', () => {
