@@ -9,7 +9,7 @@ import { Deadline } from '../../src/budget.ts';
 import { backlog } from '../../src/outbox/admin.ts';
 import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
 import { OutboxStore } from '../../src/outbox/store.ts';
-import { consumeAll, counts, db, firstCopyOrder, fixture, insertEvents, invokeOk, isSorted, runCli, seqsById } from './helpers.ts';
+import { consumeAll, db, firstCopyOrder, fixture, insertEvents, invokeOk, isSorted, runCli, seqsById } from './helpers.ts';
 
 let sql: Sql;
 before(() => {
