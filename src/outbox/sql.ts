@@ -44,9 +44,11 @@ import type { PruneTarget } from '../loop/ports.ts';
 export function claimSql(t: string, policy: ParkedPolicy): string {
   return `
 WITH failed AS MATERIALIZED (
-  -- the aggregates that have a failed row (normally none), each with its first blocking row, if
-  -- any (blockedAggregates, read once for both uses)
-  SELECT aggregateid, min(seq) FILTER (WHERE ${blockingRows(policy)}) AS first_blocked
+  -- the aggregates that have a failed row (normally none): each one's first blocking row, if any
+  -- (as blockedAggregates), and whether it has a failed row that does not block (due again, or
+  -- parked under the skip policy), which the waiting marks' check below needs
+  SELECT aggregateid, min(seq) FILTER (WHERE ${blockingRows(policy)}) AS first_blocked,
+         bool_or(NOT (${blockingRows(policy)})) AS unblocked
   FROM ${t}
   WHERE sent_at IS NULL AND skipped_at IS NULL AND attempts > 0
   GROUP BY aggregateid
@@ -112,19 +114,23 @@ quick AS MATERIALIZED (
     LIMIT 1
   ) IS NOT NULL
   -- A waiting row (outside the claim index) below our rows of its aggregate is a gap too: its
-  -- mark is stale. A mark is justified by a failed row of its aggregate below it, and when an
-  -- aggregate's last failed row goes, a trigger clears its marks in the same statement
-  -- (migration 007). So only the claimed aggregates that still have a failed row can have stale
-  -- marks (the row is due now, or parked under the skip policy, or the policy changed): only
-  -- those are probed, and with many aggregates backing off, the clean ones claimed are not.
+  -- mark is stale. A mark is justified by a blocking row of its aggregate below it. When an
+  -- aggregate's last failed row goes, a trigger clears its marks in the same statement, and when
+  -- one goes with others left, the marks below the first of them (migration 007). So a stale
+  -- mark has a failed row of its aggregate below it that no longer blocks: due again, parked
+  -- under the skip policy (or the policy changed). Only the claimed aggregates that have such a
+  -- row are probed; with rows waiting behind aggregates that all still block (backing off, or
+  -- parked under hold), none is. (A claimed row of an aggregate whose failed rows all block is
+  -- below the first of them, and every mark that row justifies is above it.)
   -- The look runs only when the table has a waiting row at all; CASE keeps that order, and a
   -- scalar subquery with ORDER BY reads the waiting index's first entry (EXISTS was planned as a
   -- sequential scan for the first waiting row).
   OR CASE WHEN (SELECT true FROM ${t} w WHERE w.waiting AND w.sent_at IS NULL AND w.skipped_at IS NULL ORDER BY w.aggregateid, w.seq LIMIT 1)
+               AND EXISTS (SELECT 1 FROM failed WHERE unblocked)
           -- LATERAL ... LIMIT 1: one probe of the waiting index per such aggregate (a semi-join
-          -- was planned as a hash of every waiting row)
-          -- (OFFSET 0: the join with failed first; flattened, Postgres probed every claimed aggregate and joined after)
-          THEN EXISTS (SELECT 1 FROM (SELECT a.aggregateid, a.max_seq FROM aggs a JOIN failed f ON f.aggregateid = a.aggregateid OFFSET 0) a CROSS JOIN LATERAL (
+          -- was planned as a hash of every waiting row). OFFSET 0: the join with failed first;
+          -- flattened, Postgres probed every claimed aggregate and joined after.
+          THEN EXISTS (SELECT 1 FROM (SELECT a.aggregateid, a.max_seq FROM aggs a JOIN failed f ON f.aggregateid = a.aggregateid AND f.unblocked OFFSET 0) a CROSS JOIN LATERAL (
                  SELECT 1 FROM ${t} w
                  WHERE w.aggregateid = a.aggregateid AND w.waiting AND w.sent_at IS NULL AND w.skipped_at IS NULL
                    AND w.seq < a.max_seq

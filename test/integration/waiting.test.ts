@@ -100,40 +100,45 @@ describe('waiting marks', () => {
     });
   }
 
-  it('stale marks behind a failed row that is due again: the claim probes its aggregate and holds back the rows after the marks (G4)', async () => {
-    const f = await fixture(sql, 'wait_due');
-    const t = qualified(parseTableName(f.table));
-    await insertEvents(sql, f.table, [{ aggregateid: 'S', type: 'S0' }]);
-    await sql.unsafe(`UPDATE ${t} SET attempts = 1, next_attempt_at = now() + interval '1 hour', last_error = 'earlier failure'`);
-    await insertEvents(sql, f.table, Array.from({ length: 3 }, (_, i) => ({ aggregateid: 'S', type: `S${i + 1}` })));
-    const store = new OutboxStore(sql, parseTableName(f.table), 'hold');
-    const deadline = new Deadline(Date.now() + 10_000);
-    assert.equal(await store.markWaiting(deadline), 3);
-    // its backoff ends (time passing does this without a statement, so no trigger runs): the
-    // marks stay until the row is sent; a row written now is not marked
-    await sql.unsafe(`UPDATE ${t} SET next_attempt_at = now() - interval '1 second' WHERE attempts > 0`);
-    await insertEvents(sql, f.table, [{ aggregateid: 'S', type: 'S4' }]);
-    assert.equal((await waitingSeqs(f.table)).length, 3);
+  for (const [how, policy, change] of [
+    // its backoff ends: time passing does this without a statement, so no trigger runs
+    ['due again', 'hold', "UPDATE {t} SET next_attempt_at = now() - interval '1 second' WHERE attempts > 0"],
+    // parked while the relay ran under hold, then redeployed with skip: the row stays, and no longer blocks
+    ['parked, the policy now skip', 'skip', 'UPDATE {t} SET parked_at = now(), next_attempt_at = now() WHERE attempts > 0'],
+  ] as const) {
+    it(`stale marks behind a failed row that no longer blocks (${how}): the claim probes its aggregate and holds back the rows after the marks (G4)`, async () => {
+      const f = await fixture(sql, 'wait_unblocked');
+      const t = qualified(parseTableName(f.table));
+      await insertEvents(sql, f.table, [{ aggregateid: 'S', type: 'S0' }]);
+      await sql.unsafe(`UPDATE ${t} SET attempts = 1, next_attempt_at = now() + interval '1 hour', last_error = 'earlier failure'`);
+      await insertEvents(sql, f.table, Array.from({ length: 3 }, (_, i) => ({ aggregateid: 'S', type: `S${i + 1}` })));
+      const deadline = new Deadline(Date.now() + 10_000);
+      assert.equal(await new OutboxStore(sql, parseTableName(f.table), 'hold').markWaiting(deadline), 3);
+      // the failed row stays, so its marks stay until the relay sends or tidies them; a row written now is not marked
+      await sql.unsafe(change.replace('{t}', t));
+      await insertEvents(sql, f.table, [{ aggregateid: 'S', type: 'S4' }]);
+      assert.equal((await waitingSeqs(f.table)).length, 3);
 
-    const tx = await store.begin(deadline);
-    const rows = await tx.claim(100, { aggregates: [], inFlight: [], topics: [], topicTemplate: f.template });
-    await tx.rollback();
-    assert.deepEqual(
-      rows.map((r) => [r.type, r.publishable]),
-      [
-        ['S0', true],
-        ['S4', false],
-      ],
-      'S4 went ahead of the waiting S1..S3',
-    );
+      const store = new OutboxStore(sql, parseTableName(f.table), policy);
+      const tx = await store.begin(deadline);
+      const rows = await tx.claim(100, { aggregates: [], inFlight: [], topics: [], topicTemplate: f.template });
+      await tx.rollback();
+      assert.deepEqual(
+        rows.map((r) => [r.type, r.publishable]),
+        [...(policy === 'hold' ? [['S0', true]] : []), ['S4', false]],
+        'S4 went ahead of the waiting S1..S3',
+      );
 
-    // sending S0 clears the marks, and the rest follows in order
-    const s = await invokeOk(f.env);
-    assert.equal(s.published, 5, JSON.stringify(s));
-    const messages = await consumeAll([f.topic('order')], 5);
-    const seqs = await seqsById(sql, f.table);
-    assert.deepEqual(firstCopyOrder(messages, (id) => seqs.get(id)!).get('S'), [...seqs.values()].sort((a, b) => a - b), 'S0..S4 in seq order');
-  });
+      // the invocation sends S0 (due) or tidies the marks (skip) first, and the rest follows in order
+      const sent = policy === 'hold' ? 5 : 4;
+      const s = await invokeOk({ ...f.env, OUTBOX_PARKED_POLICY: policy });
+      assert.equal(s.published, sent, JSON.stringify(s));
+      const messages = await consumeAll([f.topic('order')], sent);
+      const seqs = await seqsById(sql, f.table);
+      const expected = [...seqs.values()].sort((a, b) => a - b).slice(policy === 'hold' ? 0 : 1);
+      assert.deepEqual(firstCopyOrder(messages, (id) => seqs.get(id)!).get('S'), expected, 'S in seq order');
+    });
+  }
 
   it('marking beside a DELETE by hand of the blocking row: the DELETE waits for the marks to commit, then clears them', async () => {
     const f = await fixture(sql, 'wait_race');
