@@ -501,8 +501,10 @@ WHERE seq IN (
  * Clear the marks of waiting rows that no longer wait: those below their aggregate's first
  * blocking row (all of them when it has none). $1: the aggregates to look at (those whose failed
  * rows were just sent, charged again, retried or skipped), or NULL for every aggregate with
- * waiting rows (once per invocation: marks left by a row deleted or repaired by hand). Runs after
- * the statements that changed the blocking rows, in the same transaction.
+ * waiting rows (once per invocation: marks behind a row that no longer blocks, such as one parked
+ * under hold before a switch to skip; a failed row deleted or reset clears its marks itself,
+ * migration 007). Runs after the statements that changed the blocking rows, in the same
+ * transaction.
  */
 export function unwaitSql(t: string, policy: ParkedPolicy): string {
   return `

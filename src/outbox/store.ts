@@ -186,8 +186,9 @@ export class OutboxStore implements Store {
 
   /**
    * Once per invocation, before its first claim: clear the waiting marks nothing justifies any
-   * more (a blocking row deleted or reset by hand), so the claim sees those rows at once (a claim
-   * running beside the clearing took its row locks for an application's and held the rows back).
+   * more (behind a row that no longer blocks: parked under hold before a switch to skip, or due
+   * again), so the claim sees those rows at once (a claim running beside the clearing took its
+   * row locks for an application's and held the rows back).
    * Normally a single probe and no transaction: no row waits. `blocked`: some aggregate is
    * blocked, so markWaiting() has work.
    */

@@ -269,10 +269,13 @@ describe('migration 003: the insert trigger', () => {
     const m003 = loadMigrations().find((m) => m.version === 3)!;
     await sql.unsafe(render(m003.sql, table));
     assert.deepEqual((await migrate(sql, table)).applied, []);
-    const triggers = await sql<{ tgtype: number }[]>`SELECT tgtype FROM pg_trigger WHERE tgrelid = ${t}::regclass AND NOT tgisinternal`;
-    assert.equal(triggers.length, 1, 'one trigger');
-    // tgtype bit 0 is TRIGGER_TYPE_ROW: a row-level trigger would run pg_notify once per row
+    // one insert trigger (migration 007 adds two more, on DELETE and UPDATE, that inserts never fire)
+    const triggers = await sql<{ tgtype: number }[]>`SELECT tgtype FROM pg_trigger WHERE tgrelid = ${t}::regclass AND NOT tgisinternal AND tgname = ${`${table.name}_notify`}`;
+    assert.equal(triggers.length, 1, 'one notify trigger');
+    // tgtype bit 0 is TRIGGER_TYPE_ROW: a row-level trigger would run pg_notify once per row; bit 2 is INSERT
     assert.equal(triggers[0]!.tgtype & 1, 0, 'statement-level');
+    const onInsert = await sql<{ n: number }[]>`SELECT count(*)::int AS n FROM pg_trigger WHERE tgrelid = ${t}::regclass AND NOT tgisinternal AND tgtype & 4 <> 0`;
+    assert.equal(onInsert[0]!.n, 1, 'one trigger on INSERT');
 
     const role = await createRole(`GRANT INSERT ON ${t} TO {role}`);
     const producer = db(role.url);
