@@ -207,13 +207,13 @@ kafka_up() {
   spawn kafka "$KAFKA_LOG" "${KAFKA_JVM[@]}" kafka.Kafka "$KAFKA_DIR/server.properties"
   local deadline=$((SECONDS + 120))
   while ((SECONDS < deadline)); do
-    alive kafka "$KAFKA_PATTERN" || fail kafka "the broker process exited during start-up" "$KAFKA_LOG"
+    exited kafka && fail kafka "the broker process exited during start-up" "$KAFKA_LOG"
     if port_open "$KAFKA_PORT"; then break; fi
     sleep 0.3
   done
   port_open "$KAFKA_PORT" || fail kafka "127.0.0.1:$KAFKA_PORT not open after 120s" "$KAFKA_LOG"
   if ! kafka_ready $(((deadline - SECONDS) * 1000 + 1000)) --warm-up; then
-    alive kafka "$KAFKA_PATTERN" || fail kafka "the broker process exited during start-up" "$KAFKA_LOG"
+    exited kafka && fail kafka "the broker process exited during start-up" "$KAFKA_LOG"
     fail kafka "port $KAFKA_PORT is open but the broker does not answer metadata requests (health: $KAFKA_DIR/health.log)" "$KAFKA_LOG"
   fi
   kafka_scram_user

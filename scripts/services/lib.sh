@@ -78,6 +78,17 @@ alive() {
   tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$2"
 }
 
+# exited NAME: the process spawn recorded has ended (gone, or a zombie). For the start-up waits,
+# where alive() can be wrong: until the forked shell execs the command, and while setsid, nohup
+# and setpriv exec one another, /proc/PID/cmdline need not show the service's pattern yet. A
+# fresh-clone CI run failed "pgbouncer exited during start-up" with PgBouncer up a moment later.
+exited() {
+  local pid state
+  pid="$(pid_of "$1")" || return 0
+  state="$(proc_state "$pid")"
+  [[ -z "$state" || "$state" == "Z" || "$state" == "X" ]]
+}
+
 # paused NAME: the recorded process is stopped (SIGSTOP/SIGTSTP).
 paused() {
   local pid

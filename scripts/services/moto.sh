@@ -61,7 +61,7 @@ moto_up() {
     "$MOTO_VENV/bin/python" "$MOTO_VENV/bin/moto_server" -H 127.0.0.1 -p "$MOTO_PORT"
   local deadline=$((SECONDS + 60))
   while ((SECONDS < deadline)); do
-    alive moto "$MOTO_PATTERN" || fail moto "moto_server exited during start-up" "$MOTO_LOG"
+    exited moto && fail moto "moto_server exited during start-up" "$MOTO_LOG"
     moto_ready && break
     sleep 0.3
   done

@@ -155,7 +155,7 @@ pgb_up() {
   fi
   local deadline=$((SECONDS + 30))
   while ((SECONDS < deadline)); do
-    alive pgbouncer "$PGB_PATTERN" || fail pgbouncer "pgbouncer exited during start-up" "$PGB_LOG"
+    exited pgbouncer && fail pgbouncer "pgbouncer exited during start-up" "$PGB_LOG"
     pgb_ready && break
     sleep 0.2
   done

@@ -202,7 +202,7 @@ pg_up() {
   local i
   for ((i = 0; i < 100; i++)); do
     pg_ready 1 && break
-    alive postgres "$PG_PATTERN" || fail postgres "the postmaster exited during start-up" "$PG_LOG"
+    exited postgres && fail postgres "the postmaster exited during start-up" "$PG_LOG"
     sleep 0.2
   done
   pg_ready 2 || fail postgres "not accepting connections on 127.0.0.1:$PG_PORT after 20s" "$PG_LOG"
