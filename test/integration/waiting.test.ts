@@ -24,6 +24,17 @@ async function waitingSeqs(table: string): Promise<number[]> {
   return rows.map((r) => Number(r.seq));
 }
 
+/** Aggregate S: its first row S0 failed and backs off for an hour, S1..S3 behind it (not marked yet). */
+async function blockedAggregate(table: string): Promise<{ t: string; blockingSeq: string }> {
+  const t = qualified(parseTableName(table));
+  await insertEvents(sql, table, [{ aggregateid: 'S', type: 'S0' }]);
+  const [blocking] = await sql.unsafe<{ seq: string }[]>(
+    `UPDATE ${t} SET attempts = 1, next_attempt_at = now() + interval '1 hour', last_error = 'earlier failure' RETURNING seq::text`,
+  );
+  await insertEvents(sql, table, Array.from({ length: 3 }, (_, i) => ({ aggregateid: 'S', type: `S${i + 1}` })));
+  return { t, blockingSeq: blocking!.seq };
+}
+
 describe('waiting marks', () => {
   it('a parked row: the rows behind it are marked waiting in the same commit, counted as pending, and freed in order by `parked retry`', async () => {
     const f = await fixture(sql, 'wait_parked');
@@ -70,19 +81,14 @@ describe('waiting marks', () => {
   ] as const) {
     it(`a blocking row ${how} by hand, mid-invocation: the marks behind it go in the same statement (migration 007), so the next claim takes its aggregate's rows in order (G4)`, async () => {
       const f = await fixture(sql, 'wait_hand');
-      const t = qualified(parseTableName(f.table));
-      await insertEvents(sql, f.table, [{ aggregateid: 'S', type: 'S0' }]);
-      const [blocking] = await sql.unsafe<{ seq: string }[]>(
-        `UPDATE ${t} SET attempts = 1, next_attempt_at = now() + interval '1 hour', last_error = 'earlier failure' RETURNING seq::text`,
-      );
-      await insertEvents(sql, f.table, Array.from({ length: 3 }, (_, i) => ({ aggregateid: 'S', type: `S${i + 1}` })));
+      const { t, blockingSeq } = await blockedAggregate(f.table);
       const store = new OutboxStore(sql, parseTableName(f.table), 'hold');
       const deadline = new Deadline(Date.now() + 10_000);
       assert.equal(await store.markWaiting(deadline), 3);
       // written after the marking: not marked, held back by the blocking row alone
       await insertEvents(sql, f.table, Array.from({ length: 2 }, (_, i) => ({ aggregateid: 'S', type: `S${i + 4}` })));
 
-      await sql.unsafe(change.replace('{t}', t), [blocking!.seq]);
+      await sql.unsafe(change.replace('{t}', t), [blockingSeq]);
       assert.deepEqual(await waitingSeqs(f.table), [], 'the marks outlived their blocking row');
 
       // the claim sees every row of S, in order: none jumps the rows that were marked
@@ -108,10 +114,7 @@ describe('waiting marks', () => {
   ] as const) {
     it(`stale marks behind a failed row that no longer blocks (${how}): the claim probes its aggregate and holds back the rows after the marks (G4)`, async () => {
       const f = await fixture(sql, 'wait_unblocked');
-      const t = qualified(parseTableName(f.table));
-      await insertEvents(sql, f.table, [{ aggregateid: 'S', type: 'S0' }]);
-      await sql.unsafe(`UPDATE ${t} SET attempts = 1, next_attempt_at = now() + interval '1 hour', last_error = 'earlier failure'`);
-      await insertEvents(sql, f.table, Array.from({ length: 3 }, (_, i) => ({ aggregateid: 'S', type: `S${i + 1}` })));
+      const { t } = await blockedAggregate(f.table);
       const deadline = new Deadline(Date.now() + 10_000);
       assert.equal(await new OutboxStore(sql, parseTableName(f.table), 'hold').markWaiting(deadline), 3);
       // the failed row stays, so its marks stay until the relay sends or tidies them; a row written now is not marked
@@ -142,12 +145,7 @@ describe('waiting marks', () => {
 
   it('marking beside a DELETE by hand of the blocking row: the DELETE waits for the marks to commit, then clears them', async () => {
     const f = await fixture(sql, 'wait_race');
-    const t = qualified(parseTableName(f.table));
-    await insertEvents(sql, f.table, [{ aggregateid: 'S', type: 'S0' }]);
-    const [blocking] = await sql.unsafe<{ seq: string }[]>(
-      `UPDATE ${t} SET attempts = 1, next_attempt_at = now() + interval '1 hour', last_error = 'earlier failure' RETURNING seq::text`,
-    );
-    await insertEvents(sql, f.table, Array.from({ length: 3 }, (_, i) => ({ aggregateid: 'S', type: `S${i + 1}` })));
+    const { t, blockingSeq } = await blockedAggregate(f.table);
     const store = new OutboxStore(sql, parseTableName(f.table), 'hold');
     const other = db();
     let release: (() => void) | undefined;
@@ -162,7 +160,7 @@ describe('waiting marks', () => {
       });
       assert.equal(await markedRows, 3);
       // (postgres.js sends a query when it is awaited; execute() sends it now)
-      const deleting = other.unsafe(`DELETE FROM ${t} WHERE seq = $1`, [blocking!.seq]).execute();
+      const deleting = other.unsafe(`DELETE FROM ${t} WHERE seq = $1`, [blockingSeq]).execute();
       // the DELETE waits on the marking's lock of the row it deletes
       const waitingOnLock = async () =>
         (await sql<{ n: number }[]>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'DELETE FROM%'`)[0]!.n;
