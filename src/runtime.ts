@@ -112,7 +112,7 @@ export class Runtime {
       onclose: () => {
         if (this.sql !== client) return;
         this.connectionLost = true;
-        if (this.store) this.store.connectionLost = this.store.poisoned = true;
+        this.store?.loseConnection();
       },
       connection: { application_name: db.applicationName },
       // RDS-style JSON secrets carry no sslmode; RDS for Postgres 15+ requires TLS by default

@@ -94,6 +94,8 @@ export class OutboxStore implements Store {
    * connections closed is not exposed, so no open transaction writes anything more.
    */
   connectionLost = false;
+  /** rejecters of the reserve() waits in flight, which a connection closing fails (see reserve) */
+  private readonly reserveWaits = new Set<(err: Error) => void>();
 
   constructor(
     readonly sql: Sql,
@@ -131,7 +133,7 @@ export class OutboxStore implements Store {
    */
   async begin(deadline: Deadline, after?: BatchTransaction): Promise<BatchTx> {
     const handed = after instanceof BatchTx ? after.handOver() : undefined;
-    const conn = handed ?? (await this.bounded(deadline, 'reserving a database connection', this.sql.reserve()));
+    const conn = handed ?? (await this.reserve(deadline));
     const tx = new BatchTx(this, conn, deadline);
     const stmtMs = String(Math.max(1, deadline.remaining()));
     // the transaction may sit idle while the batch is on its way to Kafka; never past the deadline
@@ -143,6 +145,41 @@ export class OutboxStore implements Store {
     // awaited by the first statement that needs the transaction; never an unhandled rejection
     tx.opened.catch(() => undefined);
     return tx;
+  }
+
+  /**
+   * A connection of the client's own for a batch transaction. postgres.js 3.4.9 strands a
+   * reserve() that waits for a free connection when one of the client's connections closes
+   * (porsager/postgres#1195: the closing connection reconnects with the wait as its first query and
+   * drops it), so the wait would last until the deadline and leave the invocation no time to
+   * reconnect. The client is replaced after any close anyway (connectionLost), so a close fails the
+   * wait at once (loseConnection), and a client already known to have lost one is not asked at all.
+   * A reservation that arrives after the wait failed is left to the client's end().
+   */
+  private async reserve(deadline: Deadline): Promise<ReservedSql> {
+    const what = 'reserving a database connection';
+    if (this.connectionLost) throw wrapDbError(connectionClosed('a connection of the database client had closed'), what);
+    let fail!: (err: Error) => void;
+    const lost = new Promise<never>((_, reject) => {
+      fail = reject;
+    });
+    this.reserveWaits.add(fail);
+    try {
+      return await this.bounded(deadline, what, Promise.race([this.sql.reserve(), lost]));
+    } finally {
+      this.reserveWaits.delete(fail);
+    }
+  }
+
+  /**
+   * One of the client's connections closed under us (backend terminated, failover, network): no
+   * open transaction writes anything more, the client is replaced before the next invocation uses
+   * it, and the waits for a connection end now (see reserve).
+   */
+  loseConnection(): void {
+    this.connectionLost = this.poisoned = true;
+    for (const fail of this.reserveWaits) fail(connectionClosed('a connection of the database client closed while this waited for a free one'));
+    this.reserveWaits.clear();
   }
 
   /** After an empty claim: are rows there for others to take, only waiting behind failed rows, or none at all? */
@@ -490,6 +527,11 @@ export function isAuthError(err: unknown): boolean {
 
 /** postgres.js' own codes for a closed socket, the OS's, and the server's "terminating connection" (57P0x) */
 const CONNECTION_LOST_CODES = new Set(['CONNECTION_CLOSED', 'CONNECTION_ENDED', 'CONNECTION_DESTROYED', 'ECONNRESET', 'EPIPE', '57P01', '57P02', '57P03']);
+
+/** the error postgres.js gives a statement whose connection closed, for the waits it does not end itself */
+function connectionClosed(message: string): Error {
+  return Object.assign(new Error(message), { code: 'CONNECTION_CLOSED' });
+}
 
 export function isConnectionLost(err: unknown): boolean {
   const code = (err as { code?: unknown } | undefined)?.code;

@@ -11,9 +11,11 @@ import { after, before, describe, it } from 'node:test';
 import { CreateSecretCommand, DeleteSecretCommand, PutSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import type { Sql } from 'postgres';
 import { loadConfig } from '../../src/config.ts';
+import { Deadline } from '../../src/budget.ts';
 import { DatabaseError } from '../../src/errors.ts';
 import { createLogger } from '../../src/log.ts';
 import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
+import { isConnectionLost } from '../../src/outbox/store.ts';
 import type { Summary } from '../../src/relay.ts';
 import { Runtime } from '../../src/runtime.ts';
 import { SecretsManagerSource } from '../../src/secrets.ts';
@@ -634,9 +636,10 @@ describe('database faults: the relay\'s backend terminated mid-batch', () => {
       assert.equal(s3.published, 1, JSON.stringify(s3));
       ids.push(late!);
     } catch (err) {
-      // once in a fresh-clone CI run (platformatic pass, not reproduced in 5 reruns), the third
-      // invocation's probe of a new connection got no answer until the deadline: say what the
-      // Runtime logged and which backends the server had for it, for the next time
+      // this test failed in 2 of 12 runs before the store stopped waiting on postgres.js' stranded
+      // reserve (porsager/postgres#1195, the test above): the third invocation's claim waited for
+      // a connection until its deadline. If it fails, say what the Runtime logged and which
+      // backends the server had for it
       const backends = await admin`SELECT pid, state, wait_event_type, wait_event, backend_start, left(query, 80) AS query FROM pg_stat_activity WHERE application_name = ${appName}`;
       console.error(`runtime logs:\n${logs.join('\n')}\nbackends of ${appName}: ${JSON.stringify(backends)}`);
       throw err;
@@ -645,6 +648,50 @@ describe('database faults: the relay\'s backend terminated mid-batch', () => {
     }
     const msgs = await consumeAll([f.topic('order')], 6_001, 60_000);
     assert.deepEqual(new Set(idsOf(msgs)), new Set(ids));
+  });
+});
+
+describe('database faults: a connection closes while a batch waits for one', () => {
+  it('the wait for a free connection fails at once as a lost connection, not at the deadline (postgres.js would strand it, porsager/postgres#1195); the same Runtime\'s next invocation reconnects and delivers', async () => {
+    const f = await fixture(sql, 'pgstrand');
+    const ids = await insertEvents(sql, f.table, [{ aggregateid: 'a' }, { aggregateid: 'a' }]);
+    const appName = `relay-${f.table}`;
+    const rt = new Runtime(loadConfig({ ...f.env, OUTBOX_CLIENT_ID: appName }), createLogger('warn', {}, () => undefined));
+    const admin = db(ADMIN_DATABASE_URL);
+    try {
+      const store = await rt.outboxStore();
+      const client = await rt.database();
+      // every connection of the client (max 3) taken, so the batch's reserve has to wait in line
+      const held = await Promise.all([client.reserve(), client.reserve(), client.reserve()]);
+      const pids = await Promise.all(held.map(async (c) => (await c<{ pid: number }[]>`SELECT pg_backend_pid() AS pid`)[0]!.pid));
+      const started = Date.now();
+      const waiting = store.begin(new Deadline(Date.now() + 20_000)).then(
+        () => undefined,
+        (err: unknown) => err,
+      );
+      await new Promise((r) => setTimeout(r, 200));
+      // one held connection's backend ends: postgres.js hands the waiting reserve to its reconnect,
+      // which drops it
+      await admin`SELECT pg_terminate_backend(${pids[0]!})`;
+      const err = await waiting;
+      assert.ok(err instanceof DatabaseError, `the wait fails with a DatabaseError, got ${String(err)}`);
+      assert.ok(isConnectionLost(err.cause), `as a lost connection: ${err.message}`);
+      assert.ok(Date.now() - started < 10_000, `failed when the connection closed, not at the 20 s deadline (${Date.now() - started} ms)`);
+      // a client known to have lost a connection is not asked for another
+      const again = await store.begin(new Deadline(Date.now() + 20_000)).then(() => undefined, (e: unknown) => e);
+      assert.ok(again instanceof DatabaseError && isConnectionLost(again.cause), String(again));
+      // the live ones go back (releasing the closed one would write to its dead socket, porsager/postgres#1199)
+      held[1]!.release();
+      held[2]!.release();
+
+      const s = await rt.invoke(30_000);
+      assert.equal(s.published, 2, JSON.stringify(s));
+      assert.notEqual(await rt.database(), client, 'a new client');
+    } finally {
+      await rt.close();
+      await admin.end();
+    }
+    assert.deepEqual(new Set(idsOf(await consumeAll([f.topic('order')], 2))), new Set(ids));
   });
 });
 
