@@ -661,9 +661,16 @@ describe('database faults: a connection closes while a batch waits for one', () 
     try {
       const store = await rt.outboxStore();
       const client = await rt.database();
-      // every connection of the client (max 3) taken, so the batch's reserve has to wait in line
+      // every connection of the client (max 3) taken, so the batch's reserve has to wait in line;
+      // each in a transaction, so that through a transaction pooler its server connection is tied
+      // to it and a terminated backend closes it too
       const held = await Promise.all([client.reserve(), client.reserve(), client.reserve()]);
-      const pids = await Promise.all(held.map(async (c) => (await c<{ pid: number }[]>`SELECT pg_backend_pid() AS pid`)[0]!.pid));
+      const pids = await Promise.all(
+        held.map(async (c) => {
+          await c`BEGIN`;
+          return (await c<{ pid: number }[]>`SELECT pg_backend_pid() AS pid`)[0]!.pid;
+        }),
+      );
       const started = Date.now();
       const waiting = store.begin(new Deadline(Date.now() + 20_000)).then(
         () => undefined,
@@ -681,8 +688,10 @@ describe('database faults: a connection closes while a batch waits for one', () 
       const again = await store.begin(new Deadline(Date.now() + 20_000)).then(() => undefined, (e: unknown) => e);
       assert.ok(again instanceof DatabaseError && isConnectionLost(again.cause), String(again));
       // the live ones go back (releasing the closed one would write to its dead socket, porsager/postgres#1199)
-      held[1]!.release();
-      held[2]!.release();
+      for (const c of held.slice(1)) {
+        await c`ROLLBACK`;
+        c.release();
+      }
 
       const s = await rt.invoke(30_000);
       assert.equal(s.published, 2, JSON.stringify(s));
