@@ -128,6 +128,29 @@ class Emulator {
     return (r as { summary: Summary }).summary;
   }
 
+  /**
+   * Invokes until an invocation finds nothing left (stoppedBecause 'empty'), as the schedule does
+   * minute after minute. On a loaded machine an invocation of a short function may end at its
+   * deadline, the database or the broker slower than its budget: that is G5 at work, a failure
+   * the next tick recovers from, so it is counted and the draining goes on; any other failure
+   * fails the test. Each such invocation may leave its batch in flight on Kafka unmarked, to be
+   * sent again: `atDeadline` bounds the copies the caller allows.
+   */
+  async drain(maxInvocations = 10): Promise<{ atDeadline: number; last: Summary }> {
+    let atDeadline = 0;
+    for (let i = 0; i < maxInvocations; i++) {
+      const r = await this.invoke();
+      if (r.outcome === 'ok') {
+        if (r.summary.stoppedBecause === 'empty') return { atDeadline, last: r.summary };
+        continue;
+      }
+      const failedAtDeadline = r.outcome === 'error' && /before the invocation's deadline/.test(r.errorMessage ?? '');
+      assert.ok(failedAtDeadline, `invocation failed: ${JSON.stringify(r)}\n--- emulator log (tail) ---\n${this.log.slice(-4_000)}`);
+      atDeadline++;
+    }
+    assert.fail(`not drained after ${maxInvocations} invocations\n--- emulator log (tail) ---\n${this.log.slice(-4_000)}`);
+  }
+
   /** the runtime process (the runtime interface client running the handler), child of the emulator */
   runtimePids(): number[] {
     // the emulator is a Go program: any of its threads may have forked the runtime
@@ -323,19 +346,19 @@ describe('the packaged zip under the Lambda Runtime Interface Emulator', () => {
     }
 
     // the next tick: a new runtime (the emulator restarts it, a cold start, as Lambda does)
-    let total = 0;
-    for (let i = 0; i < 5 && (await counts(sql, f.table)).pending > 0; i++) total += (await e.invokeOk()).published;
+    const { atDeadline } = await e.drain();
     assert.deepEqual(await counts(sql, f.table), { total: 20_000, sent: 20_000, parked: 0, pending: 0 });
     assert.notDeepEqual(e.runtimePids(), [runtime], 'a new runtime process');
     const msgs = await consumeAll([f.topic('order')], 20_000, 60_000);
     const copies = copiesById(msgs);
     assert.deepEqual(new Set(copies.keys()), new Set(ids), 'every row is on Kafka');
-    const twice = [...copies.values()].filter((n) => n === 2).length;
-    assert.ok([...copies.values()].every((n) => n <= 2), 'no row more than twice');
-    // the batch acked but not committed when the function froze, if any: at most one batch
-    assert.ok(twice <= batch, `${twice} rows sent twice; a batch is ${batch}`);
-    t.diagnostic(`${twice} rows sent twice; ${total} relayed after the kill`);
-    assert.equal(total + sentAtFreeze >= 20_000, true, `recovered ${total} after ${sentAtFreeze} marked before the freeze`);
+    // the batch acked but not committed when the function froze, if any: at most one batch sent
+    // again; and one more for each recovering invocation that ended at its deadline on a loaded
+    // machine (whose batch may be the same rows again)
+    const extra = msgs.length - 20_000;
+    assert.ok([...copies.values()].every((n) => n <= 2 + atDeadline), `no row more than ${2 + atDeadline} times`);
+    assert.ok(extra <= batch * (1 + atDeadline), `${extra} copies too many; a batch is ${batch}, ${atDeadline} invocation(s) after the kill ended at their deadline`);
+    t.diagnostic(`${extra} copies too many; ${atDeadline} invocation(s) after the kill ended at their deadline`);
   });
 
   it("the database frozen mid-invocation (the relay's own backends SIGSTOPped): the handler fails before the function timeout, with the deadline the runtime gave it, not killed by the emulator", async (t) => {
@@ -370,9 +393,8 @@ describe('the packaged zip under the Lambda Runtime Interface Emulator', () => {
     // and the same warm runtime carries on once the database is back (batches of 20 on a busy
     // machine: it may take more than one 6 s invocation)
     const runtime = e.runtimePids();
-    let last: Summary | undefined;
-    for (let i = 0; i < 5 && last?.stoppedBecause !== 'empty'; i++) last = await e.invokeOk();
-    assert.equal(last?.stoppedBecause, 'empty', JSON.stringify(last));
+    const { atDeadline } = await e.drain();
+    t.diagnostic(`${atDeadline} invocation(s) after the thaw ended at their deadline`);
     assert.deepEqual(e.runtimePids(), runtime, 'the same runtime process');
     assert.deepEqual(await counts(sql, f.table), { total: 5_000, sent: 5_000, parked: 0, pending: 0 });
   });
