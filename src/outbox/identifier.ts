@@ -39,9 +39,7 @@ export function derivedName(t: TableName, suffix: string): string {
  * function of one table's overwritten by the other's).
  */
 export function derivedUniqueName(t: TableName, suffix: string): string {
-  const name = `${t.name}_${suffix}`;
-  if (name.length <= 63) return quoteIdent(name);
-  return quoteIdent(`${t.name.slice(0, 63 - suffix.length - 10)}_${fnv1a(t.name)}_${suffix}`);
+  return quoteIdent(withSuffix(t.name, suffix, 63 - suffix.length - 10));
 }
 
 /**
@@ -50,9 +48,13 @@ export function derivedUniqueName(t: TableName, suffix: string): string {
  * of the whole, so two long outbox names never share a sent table.
  */
 export function sentTable(t: TableName): TableName {
-  const name = `${t.name}_sent`;
-  if (name.length <= 63) return { schema: t.schema, name };
-  return { schema: t.schema, name: `${t.name.slice(0, 45)}_${fnv1a(t.name)}_sent` };
+  return { schema: t.schema, name: withSuffix(t.name, 'sent', 45) };
+}
+
+/** `name_suffix`, or, when that passes 63 characters, the first `keep` of name, its hash and the suffix */
+function withSuffix(name: string, suffix: string, keep: number): string {
+  const full = `${name}_${suffix}`;
+  return full.length <= 63 ? full : `${name.slice(0, keep)}_${fnv1a(name)}_${suffix}`;
 }
 
 /** FNV-1a, 32 bits, as 8 hex digits: a short stable hash for truncated names */
