@@ -4,6 +4,12 @@
 // rows it deletes are sent, the loop's are pending: they never wait on each other), in short
 // chunks, oldest first, until nothing older than the window is left or the deadline nears. It
 // never fails the invocation: what it could not delete, the next invocation deletes.
+//
+// Each place (PruneTarget) is pruned on its own: one the database refuses (the sent table missing,
+// or not writable by the role: in delete mode the role needs no privilege there, README "The
+// relay's database role") is logged, once per invocation, and the pass goes on with the next, so
+// skipped rows in the outbox are still pruned. Any other failure (the deadline, a lost connection)
+// ends the pass: the next place would fail the same way.
 import { BatchTimer, type Deadline } from '../budget.ts';
 import { DeadlineExceededError } from '../errors.ts';
 import type { Logger } from '../log.ts';
@@ -28,8 +34,8 @@ export class Retention {
   /** Deletes chunks (sent rows, then skipped ones: PRUNE_TARGETS) until none older than the window is left, the deadline nears, or stop(). Resolves with the number deleted; never rejects. */
   async run(deadline: Deadline): Promise<number> {
     let deleted = 0;
-    try {
-      for (const what of PRUNE_TARGETS) {
+    for (const what of PRUNE_TARGETS) {
+      try {
         for (;;) {
           if (this.stopped || !deadline.fits(this.timer.expected())) return deleted;
           const started = Date.now();
@@ -38,10 +44,15 @@ export class Retention {
           deleted += n;
           if (n < PRUNE_CHUNK_ROWS) break;
         }
+      } catch (err) {
+        if (refusedPlace(err)) {
+          this.logger.warn(`pruning ${PLACES[what]} failed; the other places are pruned, and the next invocation tries again`, { target: what, deleted, error: err, ...(what === 'sent' ? { hint: SENT_HINT } : {}) });
+          continue;
+        }
+        const level = err instanceof DeadlineExceededError ? 'info' : 'warn';
+        this.logger[level]('pruning old sent rows stopped; the next invocation goes on', { target: what, deleted, error: err });
+        return deleted;
       }
-    } catch (err) {
-      const level = err instanceof DeadlineExceededError ? 'info' : 'warn';
-      this.logger[level]('pruning old sent rows stopped; the next invocation goes on', { deleted, error: err });
     }
     return deleted;
   }
@@ -50,4 +61,29 @@ export class Retention {
   stop(): void {
     this.stopped = true;
   }
+}
+
+const PLACES: Record<PruneTarget, string> = {
+  sent: 'the sent table',
+  'legacy-sent': 'the rows left marked sent in the outbox by versions before migration 005',
+  skipped: 'the skipped rows in the outbox',
+};
+
+const SENT_HINT =
+  'in keep mode the relay\'s role needs SELECT and DELETE on the sent table for retention (README, "The relay\'s database role"); ' +
+  'in delete mode it needs none there, and the sent table only holds rows kept before a switch to delete: grant them to prune those rows';
+
+/**
+ * The database refused the statement for its objects (SQLSTATE class 42: a table missing, a
+ * privilege lacking), not the connection or the clock: other places may still be pruned. The
+ * store wraps the server's error (cause).
+ */
+function refusedPlace(err: unknown): boolean {
+  let e: unknown = err;
+  for (let depth = 0; e && depth < 3; depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return code.startsWith('42');
+    e = (e as { cause?: unknown }).cause;
+  }
+  return false;
 }

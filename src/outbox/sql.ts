@@ -272,15 +272,57 @@ FROM moved`;
 }
 
 /**
- * Can this role move rows into the sent table ($1, its quoted name)? NULLs when it does not exist
- * (to_regclass, rather than a cast that fails). Retention's DELETE is not asked for: a role
- * without it only logs a warning per invocation, as any failed retention does.
+ * What the relay needs of the database, in one round trip (OutboxStore.checkTables; read by
+ * src/outbox/schema-check.ts): the outbox $1 and its sent table $2 (quoted names), whether they
+ * exist and what this role may do with them, and the migrations `migrate` recorded for the outbox.
+ * Nothing in it fails for a missing or forbidden object, it answers NULL instead:
+ * - to_regclass answers NULL for a missing table, but fails for a schema the role may not use:
+ *   asked only once USAGE on the outbox's schema is known (an unqualified name goes through the
+ *   search_path, which skips such schemas by itself);
+ * - privileges: has_any_column_privilege, so a role granted the columns rather than the table
+ *   passes (DELETE has no column grants); NULL for a missing table;
+ * - the migrations table can only be named in the statement if it exists and may be read, which
+ *   is known only as this statement runs: query_to_xml runs its SELECT, only in that case (CASE),
+ *   and its XML is read with a regular expression (xpath needs a server built with libxml).
+ * `target` is the outbox's name as migrate() records it (displayName: the identifiers, unquoted).
  */
-export function sentTableAccessSql(): string {
+export function schemaCheckSql(): string {
   return `
-SELECT to_regclass($1) IS NOT NULL AS present,
-       has_table_privilege(to_regclass($1), 'INSERT') AS may_insert,
-       current_user AS role`;
+WITH name AS (
+  SELECT CASE WHEN cardinality(parse_ident($1)) = 2 THEN (parse_ident($1))[1] END AS schema,
+         array_to_string(parse_ident($1), '.') AS target
+),
+usable AS (
+  SELECT n.schema, n.target,
+         CASE WHEN n.schema IS NULL THEN true
+              ELSE has_schema_privilege((SELECT oid FROM pg_namespace WHERE nspname = n.schema), 'USAGE') END AS schema_usage
+  FROM name n
+),
+rel AS (
+  SELECT u.*,
+         CASE WHEN u.schema_usage THEN to_regclass($1) END AS outbox,
+         CASE WHEN u.schema_usage THEN to_regclass($2) END AS sent,
+         to_regclass('outbox_relay_migrations') AS migrations
+  FROM usable u
+)
+SELECT current_user AS role, quote_ident(current_user) AS role_ident,
+       quote_ident(r.schema) AS schema_ident, r.schema_usage,
+       r.outbox IS NOT NULL AS outbox_present,
+       has_any_column_privilege(r.outbox, 'SELECT') AS outbox_select,
+       has_any_column_privilege(r.outbox, 'UPDATE') AS outbox_update,
+       has_table_privilege(r.outbox, 'DELETE') AS outbox_delete,
+       r.sent IS NOT NULL AS sent_present,
+       has_any_column_privilege(r.sent, 'INSERT') AS sent_insert,
+       has_any_column_privilege(r.sent, 'SELECT') AS sent_select,
+       has_table_privilege(r.sent, 'DELETE') AS sent_delete,
+       r.migrations::text AS migrations_table,
+       has_table_privilege(r.migrations, 'SELECT') AS migrations_readable,
+       CASE WHEN has_table_privilege(r.migrations, 'SELECT') THEN ARRAY(
+         SELECT v[1]::int FROM regexp_matches(
+           query_to_xml(format('SELECT version FROM %s WHERE target = %L ORDER BY version', r.migrations, r.target), false, false, '')::text,
+           '<version>(\\d+)</version>', 'g') AS v
+       ) END AS versions
+FROM rel r`;
 }
 
 /**

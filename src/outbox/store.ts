@@ -9,6 +9,7 @@ import { DatabaseError, DeadlineExceededError } from '../errors.ts';
 import { socketsFlushed } from '../event-loop.ts';
 import type { BatchTransaction, ClaimFilter, ClaimedRow, InsertWatch, NothingClaimable, PruneTarget, Store } from '../loop/ports.ts';
 import type { Failure } from '../loop/settlement.ts';
+import { assertSchema, type SchemaFacts } from './schema-check.ts';
 import * as q from './sql.ts';
 import { notifyChannel, qualified, quoteIdent, sentTable, type TableName } from './identifier.ts';
 import postgres, { type PendingQuery, type ReservedSql, type Row, type Sql } from 'postgres';
@@ -177,10 +178,34 @@ export class OutboxStore implements Store {
    * it, and the waits for a connection end now (see reserve).
    */
   loseConnection(): void {
-    this.connectionLost = this.poisoned = true;
+    this.connectionLost = true;
+    this.abandon();
     for (const fail of this.reserveWaits) fail(connectionClosed('a connection of the database client closed while this waited for a free one'));
     this.reserveWaits.clear();
   }
+
+  /**
+   * The client can no longer be trusted to end its transactions: close every connection, so the
+   * server rolls back whatever is open on them (docs/DESIGN.md, "A transaction is ended by the
+   * server"). postgres.js pools a released connection as it is, open transaction included, and the
+   * next `sql.begin` on the pool (retention, the waiting marks) would COMMIT what was left in it:
+   * a batch's premarks, acked and un-acked rows alike. So a connection whose ROLLBACK could not be
+   * sent or confirmed is never released; the whole client goes (the Runtime replaces a poisoned
+   * client before the next invocation anyway). A COMMIT already written still reaches the server;
+   * its answer, if not read yet, fails as a lost connection and its rows are sent again (G2).
+   */
+  abandon(): void {
+    this.poisoned = true;
+    this.ended ??= this.sql.end({ timeout: 0 }).catch(() => undefined);
+  }
+
+  /** The pool's own transactions (retention, the waiting marks) never run on a client known bad. */
+  private assertUsable(what: string): void {
+    if (this.poisoned) throw new DatabaseError(`the database client was abandoned (a connection closed or a statement missed the deadline) before ${what}; the next invocation goes on`);
+  }
+
+  /** set by abandon(): the client's end, under way */
+  private ended: Promise<void> | undefined;
 
   /** After an empty claim: are rows there for others to take, only waiting behind failed rows, or none at all? */
   async nothingClaimable(deadline: Deadline): Promise<NothingClaimable> {
@@ -189,20 +214,17 @@ export class OutboxStore implements Store {
   }
 
   /**
-   * Keep mode moves acked rows into the sent table (migration 005). A relay upgraded without
-   * `migrate`, or a role without INSERT on that table, would publish a batch, fail to move it,
-   * and publish the same batch again on every invocation. So, once per client, before the first
-   * claim: the table is there and the role may insert into it, or the invocation fails saying so.
+   * A relay upgraded without `migrate`, or whose role lacks a grant its statements need, would
+   * publish a batch, fail to mark it, and publish the same batch again on every invocation. So,
+   * once per client, before the first claim, one statement: the outbox has every migration this
+   * version ships, and the role has the privileges the OUTBOX_SENT_ROWS mode needs (the sent
+   * table in keep mode); otherwise the invocation fails saying what to run or GRANT
+   * (src/outbox/schema-check.ts).
    */
   async checkTables(deadline: Deadline): Promise<void> {
-    if (this.tablesChecked || this.sentRows !== 'keep') return;
-    const [r] = await this.bounded(deadline, 'checking the sent table', this.sql.unsafe<{ present: boolean; may_insert: boolean | null; role: string }[]>(q.sentTableAccessSql(), [this.sentTable]));
-    if (!r?.present) {
-      throw new DatabaseError(`the sent table ${this.sentTable} does not exist: this version of the relay moves sent rows there (migration 5). Run \`outbox-relay migrate\` (idempotent) before the relay, or set OUTBOX_SENT_ROWS=delete to keep no sent rows`, { retriable: false });
-    }
-    if (!r.may_insert) {
-      throw new DatabaseError(`the database role ${r.role} may not INSERT into the sent table ${this.sentTable}, where acked rows are moved: GRANT SELECT, INSERT, DELETE ON ${this.sentTable} TO ${r.role} (DELETE for retention)`, { retriable: false });
-    }
+    if (this.tablesChecked) return;
+    const [facts] = await this.bounded(deadline, "checking the schema and the role's privileges", this.sql.unsafe<SchemaFacts[]>(q.schemaCheckSql(), [this.table, this.sentTable]));
+    assertSchema(facts, { table: this.table, sentTable: this.sentTable, sentRows: this.sentRows });
     this.tablesChecked = true;
   }
 
@@ -213,6 +235,7 @@ export class OutboxStore implements Store {
    * means nothing older is left there.
    */
   async pruneChunk(what: PruneTarget, retainMs: number, limit: number, deadline: Deadline): Promise<number> {
+    this.assertUsable('pruning');
     const stmtMs = String(Math.max(1, deadline.remaining()));
     const deleted = this.sql.begin(async (tx) => {
       await tx`SELECT set_config('statement_timeout', ${stmtMs}, true)`;
@@ -250,6 +273,7 @@ export class OutboxStore implements Store {
   }
 
   private tidyChunk<T>(deadline: Deadline, work: (tx: postgres.TransactionSql) => Promise<T>): Promise<T> {
+    this.assertUsable('tidying the waiting marks');
     const stmtMs = String(Math.max(1, deadline.remaining()));
     const done = this.sql.begin(async (tx) => {
       // lock_timeout: a row an application holds is not worth waiting for (SKIP LOCKED covers most)
@@ -406,8 +430,10 @@ export class BatchTx implements BatchTransaction {
     const answer = this.run('committing the batch', this.conn`COMMIT`).then(
       () => this.end(),
       (err: unknown) => {
-        // a failed COMMIT has ended the transaction on the server too
-        this.end();
+        // an answered COMMIT has ended the transaction on the server, failed or not; an unanswered
+        // one may not have (a lost race with the deadline, a closed connection): see endUnconfirmed
+        if (this.store.poisoned) this.endUnconfirmed();
+        else this.end();
         throw err;
       },
     );
@@ -424,11 +450,18 @@ export class BatchTx implements BatchTransaction {
     return this.conn;
   }
 
-  /** The transaction is over: release the connection unless the next batch's transaction has it. */
+  /** The server ended the transaction (answered its COMMIT): release the connection unless the next batch's transaction has it. */
   private end(): void {
     if (this.state === 'ended') return;
     this.state = 'ended';
     if (this.connectionUser === 'this') this.conn.release();
+  }
+
+  /** The transaction's end was not confirmed: never release the connection, end the client (OutboxStore.abandon). */
+  private endUnconfirmed(): void {
+    if (this.state === 'ended') return;
+    this.state = 'ended';
+    this.store.abandon();
   }
 
   /**
@@ -490,16 +523,26 @@ export class BatchTx implements BatchTransaction {
     return [...out];
   }
 
-  /** Never throws: a rollback that cannot reach the server is a rollback the server does itself. */
+  /**
+   * Never throws. The connection goes back to the pool only once the server has answered the
+   * ROLLBACK; when it cannot be sent (the client is poisoned: a statement lost its race with the
+   * deadline, or a connection closed) or is not answered in time, the client is ended instead, and
+   * the server rolls the transaction back when the connection closes (OutboxStore.abandon).
+   */
   async rollback(): Promise<void> {
     if (this.state !== 'open') return;
-    try {
-      if (!this.store.poisoned) await this.deadlineFree(this.conn`ROLLBACK`);
-    } catch {
-      this.store.poisoned = true;
-    } finally {
-      this.end();
+    this.state = 'ended';
+    if (this.connectionUser !== 'this') return;
+    if (!this.store.poisoned) {
+      try {
+        await this.deadlineFree(this.conn`ROLLBACK`);
+        this.conn.release();
+        return;
+      } catch {
+        // not confirmed: the transaction may still be open on the server
+      }
     }
+    this.store.abandon();
   }
 
   private async deadlineFree<T>(p: Promise<T>): Promise<T> {

@@ -774,9 +774,10 @@ describe('secrets (Secrets Manager in the AWS emulator)', () => {
     const role = uniqueName('relay_rot');
     const appName = `relay-${f.table}`;
     await admin.unsafe(`CREATE ROLE ${role} LOGIN PASSWORD 'pw-a-${role}'`);
-    // what a relay's role needs (README, "The table"): the outbox, and INSERT into its sent table
+    // what a relay's role needs (README, "The table"): the outbox, INSERT into its sent table, and reading the migrations
     await admin.unsafe(`GRANT SELECT, UPDATE, DELETE ON ${t(f.table)} TO ${role}`);
     await admin.unsafe(`GRANT SELECT, INSERT, DELETE ON ${sentTableOf(f.table)} TO ${role}`);
+    await admin.unsafe(`GRANT SELECT ON outbox_relay_migrations TO ${role}`);
     const name = await secret(JSON.stringify({ ...rds, username: role, password: `pw-a-${role}` }));
     const source = new SecretsManagerSource(sm);
     const logs: string[] = [];

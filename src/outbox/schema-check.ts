@@ -1,0 +1,181 @@
+// What the relay needs of the database before it claims anything (OutboxStore.checkTables, once
+// per client, one statement: schemaCheckSql in sql.ts): the migrations this version was built for,
+// and the privileges its statements need in the OUTBOX_SENT_ROWS mode chosen. Whatever is missing
+// would otherwise show only after a batch was published, when its marks fail: the same batch
+// published again every invocation (G1/G2 hold, but nothing moves on). So every missing piece is
+// named at once, with the command or the GRANT that fixes it, in one DatabaseError that no retry
+// fixes (retriable: false).
+import { DatabaseError } from '../errors.ts';
+import { loadMigrations, type Migration } from './migrate.ts';
+
+/** OutboxStore's SentRowsMode (store.ts), restated: store.ts imports this module. */
+export type CheckedMode = 'keep' | 'delete' | 'mark-in-place';
+
+/** The row of schemaCheckSql. NULL privileges: that table is missing (or its schema may not be used). */
+export interface SchemaFacts {
+  role: string;
+  /** the role, quoted as a GRANT names it */
+  role_ident: string;
+  /** the outbox's schema when OUTBOX_TABLE names one, quoted; null otherwise */
+  schema_ident: string | null;
+  /** USAGE on that schema: true (or no schema named), false, null when the schema does not exist */
+  schema_usage: boolean | null;
+  outbox_present: boolean;
+  outbox_select: boolean | null;
+  outbox_update: boolean | null;
+  outbox_delete: boolean | null;
+  sent_present: boolean;
+  sent_insert: boolean | null;
+  sent_select: boolean | null;
+  sent_delete: boolean | null;
+  /** outbox_relay_migrations as the role's search_path finds it, or null */
+  migrations_table: string | null;
+  migrations_readable: boolean | null;
+  /** the versions recorded for this outbox; null when the migrations table could not be read */
+  versions: number[] | null;
+}
+
+export interface SchemaNeeds {
+  /** the outbox and its sent table, quoted as in the relay's statements */
+  table: string;
+  sentTable: string;
+  sentRows: CheckedMode;
+  /** the migrations this version of the relay ships (loadMigrations()) */
+  migrations: ReadonlyArray<Pick<Migration, 'version' | 'name'>>;
+}
+
+const MIGRATE = '`outbox-relay migrate`';
+
+/** Why the relay needs each privilege on the outbox, by mode (what its statements in sql.ts do). */
+function outboxNeeds(mode: CheckedMode): Array<[privilege: string, why: string]> {
+  const needs: Array<[string, string]> = [
+    ['SELECT', 'claims read the pending rows'],
+    ['UPDATE', 'claims lock rows FOR UPDATE, and failed attempts, backoff, parking and the waiting marks are UPDATEs'],
+  ];
+  // mark-in-place (the benches' comparison) marks with an UPDATE; DELETE is then retention's only
+  if (mode === 'keep') needs.push(['DELETE', 'a sent row is moved out of it: without DELETE the relay would publish the same batch again on every invocation']);
+  if (mode === 'delete') needs.push(['DELETE', 'a sent row is deleted from it: without DELETE the relay would publish the same batch again on every invocation']);
+  return needs;
+}
+
+/**
+ * Everything the relay lacks to run against this outbox, each with what to do; empty when
+ * nothing. Pure: the unit tests feed it rows.
+ */
+export function schemaProblems(f: SchemaFacts, needs: SchemaNeeds): string[] {
+  const { table, sentTable } = needs;
+  const problems: string[] = [];
+  if (f.schema_usage === false) {
+    // the tables cannot even be looked up; the migrations table can
+    problems.push(`the database role ${f.role} may not use the schema ${f.schema_ident} of the outbox table ${table}: GRANT USAGE ON SCHEMA ${f.schema_ident} TO ${f.role_ident}`);
+  } else if (!f.outbox_present) {
+    // nothing else about it means anything; this says what to do
+    return [`the outbox table ${table} does not exist${f.schema_ident ? '' : " (on the database role's search_path)"}: run ${MIGRATE} (it creates the table), or check OUTBOX_TABLE`];
+  }
+
+  const missing = migrationProblems(f, needs, problems);
+
+  if (f.outbox_present) {
+    const lacking = outboxNeeds(needs.sentRows).filter(([p]) => !privilege(f, p));
+    if (lacking.length) {
+      const privileges = lacking.map(([p]) => p);
+      problems.push(
+        `the database role ${f.role} lacks ${list(privileges, 'and')} on the outbox table ${table} (${lacking.map(([p, why]) => `${p}: ${why}`).join('; ')}): ` +
+          `GRANT ${privileges.join(', ')} ON ${table} TO ${f.role_ident}`,
+      );
+    }
+  }
+
+  if (needs.sentRows === 'keep' && f.schema_usage !== false) {
+    if (!f.sent_present) {
+      // a missing migration already says what brings it back
+      if (!missing) problems.push(`the sent table ${sentTable} does not exist: this version of the relay moves sent rows there (migration 5). Run ${MIGRATE} (idempotent) before the relay, or set OUTBOX_SENT_ROWS=delete to keep no sent rows`);
+    } else if (!f.sent_insert) {
+      // Retention's SELECT and DELETE there are not refused when they alone are missing: the relay
+      // then relays and only the sent table grows, which retention's warning says every invocation
+      // (src/loop/retention.ts). Stopping the relay for that would trade a table that grows for an
+      // outage now, and whether retention is on (OUTBOX_RETAIN_SENT_MS) is the invocation's to
+      // know, not the store's. Named here with INSERT, since a GRANT is being run anyway.
+      const retention = [f.sent_select ? undefined : 'SELECT', f.sent_delete ? undefined : 'DELETE'].filter((p): p is string => p !== undefined);
+      const privileges = ['SELECT', 'INSERT', 'DELETE'].filter((p) => p === 'INSERT' || retention.includes(p));
+      problems.push(
+        `the database role ${f.role} may not INSERT into the sent table ${sentTable}, where acked rows are moved: GRANT ${privileges.join(', ')} ON ${sentTable} TO ${f.role_ident}` +
+          (retention.length ? ` (${retention.join(' and ')} for retention)` : ''),
+      );
+    }
+  }
+  return problems;
+}
+
+/**
+ * The migration part of schemaProblems: pushes its problems; true when versions this relay needs
+ * are missing (so the objects they create may be missing too, and that need not be said twice).
+ */
+function migrationProblems(f: SchemaFacts, needs: SchemaNeeds, problems: string[]): boolean {
+  const { table } = needs;
+  if (!f.migrations_table) {
+    problems.push(
+      `outbox_relay_migrations, where ${MIGRATE} records the migrations of each outbox table, does not exist (or is not on the database role's search_path): ` +
+        `the outbox table ${table} was not made by ${MIGRATE}. Run it, as the table's owner: it records what it applies, and its migrations are safe to run again on a table made from the same SQL`,
+    );
+    return false;
+  }
+  if (!f.migrations_readable || !f.versions) {
+    problems.push(`the database role ${f.role} may not read ${f.migrations_table}, where ${MIGRATE} records the migrations of each outbox table, and which the relay reads to know that the schema is the one it was built for: GRANT SELECT ON ${f.migrations_table} TO ${f.role_ident}`);
+    return false;
+  }
+  if (f.versions.length === 0) {
+    problems.push(
+      `no migration of the outbox table ${table} is recorded in ${f.migrations_table}: a table made by hand, by another tool, or under another name? ` +
+        `Run ${MIGRATE}, as the table's owner: it records what it applies, and its migrations are safe to run again on a table made from the same SQL`,
+    );
+    return true;
+  }
+  const applied = new Set(f.versions);
+  const missing = needs.migrations.filter((m) => !applied.has(m.version));
+  // A schema NEWER than this relay (versions it does not know) is accepted. In a rolling deploy
+  // the new version's `migrate` runs first (the README says so) while the old relays still run
+  // until they are replaced; refusing would stop every one of them at each upgrade, an outage per
+  // deploy. That is safe because a migration keeps the version before it working: each adds (a
+  // column with a default, a table, an index, a trigger that clears only what the relay's own
+  // statements would) and none renames or drops what an older relay reads. (A migration that ever
+  // has to break that needs a way to tell the older relays, such as a minimum relay version
+  // recorded beside it: this check has none.) Not logged: the store has no logger, and in a
+  // rolling deploy it is expected.
+  if (missing.length === 0) return false;
+  const names = missing.map((m) => `${m.version} (${m.name})`);
+  problems.push(
+    `the outbox table ${table} lacks ${missing.length === 1 ? 'migration' : 'migrations'} ${list(names, 'and')}, which this version of the relay needs ` +
+      `(recorded in ${f.migrations_table}: ${f.versions.join(', ')}): run ${MIGRATE} (idempotent) before the relay`,
+  );
+  return true;
+}
+
+function privilege(f: SchemaFacts, p: string): boolean {
+  if (p === 'SELECT') return f.outbox_select === true;
+  if (p === 'UPDATE') return f.outbox_update === true;
+  return f.outbox_delete === true;
+}
+
+/** "a", "a or b", "a, b or c" */
+function list(items: string[], conjunction: string): string {
+  return items.length <= 1 ? (items[0] ?? '') : `${items.slice(0, -1).join(', ')} ${conjunction} ${items.at(-1)}`;
+}
+
+/**
+ * Throws the invocation's failure when the relay lacks anything (schemaProblems), against the
+ * migrations this version ships unless told others. `facts` undefined: the statement returned no
+ * row, which it always does; treated as a failure to check, retriable.
+ */
+export function assertSchema(facts: SchemaFacts | undefined, needs: Omit<SchemaNeeds, 'migrations'> & { migrations?: SchemaNeeds['migrations'] }): void {
+  if (!facts) throw new DatabaseError(`checking the outbox table ${needs.table} returned nothing`);
+  const err = schemaError(schemaProblems(facts, { ...needs, migrations: needs.migrations ?? loadMigrations() }), needs.table);
+  if (err) throw err;
+}
+
+/** The invocation's failure for these problems, or undefined when there are none. */
+export function schemaError(problems: string[], table: string): DatabaseError | undefined {
+  if (problems.length === 0) return undefined;
+  const message = problems.length === 1 ? problems[0]! : `the relay cannot run against the outbox table ${table} until these are fixed:\n  - ${problems.join('\n  - ')}`;
+  return new DatabaseError(message, { retriable: false });
+}

@@ -1,0 +1,244 @@
+// What the relay checks before it claims anything (OutboxStore.checkTables, src/outbox/schema-check.ts):
+// the migrations it was built for and the privileges its OUTBOX_SENT_ROWS mode needs, once per
+// client, in one statement; and retention, which prunes every place it can reach. Each against the
+// real database, with roles granted exactly what each case says, invoked as warm Runtimes.
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import type { Sql } from 'postgres';
+import { loadConfig } from '../../src/config.ts';
+import { DatabaseError } from '../../src/errors.ts';
+import { createLogger } from '../../src/log.ts';
+import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
+import { dropOutbox, loadMigrations, migrate } from '../../src/outbox/migrate.ts';
+import type { Summary } from '../../src/relay.ts';
+import { Runtime } from '../../src/runtime.ts';
+import { ADMIN_DATABASE_URL, DATABASE_URL, db, fixture, insertEvents, runCli, sentTableOf, topicCount, uniqueName, type Fixture } from './helpers.ts';
+
+let sql: Sql;
+let admin: Sql;
+before(() => {
+  sql = db();
+  admin = db(ADMIN_DATABASE_URL);
+});
+after(async () => {
+  await Promise.all([sql.end(), admin.end()]);
+});
+
+/** what `migrate` records, which the relay reads (README, "The relay's database role") */
+const READ_MIGRATIONS = 'GRANT SELECT ON outbox_relay_migrations TO {role}';
+
+interface Role {
+  name: string;
+  /** the fixture's env, connecting as this role (directly: a role of its own is not in the pooler's auth file) */
+  env(f: Fixture, extra?: Record<string, string>): Record<string, string>;
+  drop(): Promise<void>;
+}
+
+async function createRole(grants: string[]): Promise<Role> {
+  const name = uniqueName('relay_check');
+  await admin.unsafe(`CREATE ROLE ${name} LOGIN PASSWORD 'pw'`);
+  for (const g of grants) await admin.unsafe(g.replaceAll('{role}', name));
+  return {
+    name,
+    env: (f, extra = {}) => ({ ...f.env, DATABASE_URL: DATABASE_URL.replace(/\/\/[^@]+@/, `//${name}:pw@`), DATABASE_PREPARE: 'true', ...extra }),
+    drop: async () => {
+      await admin.unsafe(`DROP OWNED BY ${name}`).catch(() => undefined);
+      await admin.unsafe(`DROP ROLE IF EXISTS ${name}`);
+    },
+  };
+}
+
+/** One invocation in a Runtime of its own; its warnings and errors (JSON lines) go to `logs`. */
+async function invoke(env: Record<string, string>, logs: string[] = []): Promise<Summary> {
+  const rt = new Runtime(loadConfig({ ...env, OUTBOX_LOG_LEVEL: 'warn' }), createLogger('warn', {}, (l) => logs.push(l)));
+  try {
+    return await rt.invoke(20_000);
+  } finally {
+    await rt.close();
+  }
+}
+
+/** The invocation is refused with a DatabaseError no retry fixes, whose message contains every one of `parts`. */
+async function refused(env: Record<string, string>, parts: string[]): Promise<string> {
+  let message = '';
+  await assert.rejects(invoke(env), (err: unknown) => {
+    assert.ok(err instanceof DatabaseError, String(err));
+    assert.equal(err.retriable, false);
+    message = err.message;
+    for (const p of parts) assert.ok(message.includes(p), `expected ${JSON.stringify(p)} in:\n${message}`);
+    return true;
+  });
+  return message;
+}
+
+/** Nothing was claimed: nothing reached the topic, every row is pending and was never charged. */
+async function untouched(f: Fixture, rows: number): Promise<void> {
+  assert.equal(await topicCount([f.topic('order')]), 0, 'nothing was published');
+  const [r] = await sql.unsafe<{ pending: number; charged: number }[]>(
+    `SELECT count(*) FILTER (WHERE sent_at IS NULL)::int AS pending, count(*) FILTER (WHERE attempts > 0)::int AS charged FROM ${qualified(parseTableName(f.table))}`,
+  );
+  assert.deepEqual(r, { pending: rows, charged: 0 });
+}
+
+describe('checkTables: the grants the mode needs', () => {
+  for (const mode of ['keep', 'delete'] as const) {
+    it(`G8 (G2: no batch published again and again): OUTBOX_SENT_ROWS=${mode}, a role without DELETE on the outbox fails before claiming, naming the role, the table and the GRANT; granted, it relays`, async () => {
+      const f = await fixture(sql, `nodel${mode}`);
+      const t = qualified(parseTableName(f.table));
+      const role = await createRole([`GRANT SELECT, UPDATE ON ${t} TO {role}`, `GRANT SELECT, INSERT, DELETE ON ${sentTableOf(f.table)} TO {role}`, READ_MIGRATIONS]);
+      try {
+        await insertEvents(sql, f.table, [{ aggregateid: 'a' }, { aggregateid: 'b' }]);
+        const env = role.env(f, { OUTBOX_SENT_ROWS: mode });
+        const message = await refused(env, [`the database role ${role.name} lacks DELETE on the outbox table ${t}`, `: GRANT DELETE ON ${t} TO ${role.name}`]);
+        assert.doesNotMatch(message, /\n/, 'one problem, one line');
+        await untouched(f, 2);
+
+        await admin.unsafe(`GRANT DELETE ON ${t} TO ${role.name}`);
+        assert.equal((await invoke(env)).published, 2);
+        assert.equal(await topicCount([f.topic('order')]), 2, 'each row once');
+      } finally {
+        await role.drop();
+      }
+    });
+  }
+
+  it('G8: keep mode, a role that may not INSERT into the sent table fails before claiming with the GRANT of exactly that; granted, it relays', async () => {
+    const f = await fixture(sql, 'noinsert');
+    const t = qualified(parseTableName(f.table));
+    const sent = sentTableOf(f.table);
+    const role = await createRole([`GRANT SELECT, UPDATE, DELETE ON ${t} TO {role}`, `GRANT SELECT, DELETE ON ${sent} TO {role}`, READ_MIGRATIONS]);
+    try {
+      await insertEvents(sql, f.table, [{ aggregateid: 'a' }, { aggregateid: 'b' }]);
+      const message = await refused(role.env(f), [`the database role ${role.name} may not INSERT into the sent table ${sent}, where acked rows are moved: GRANT INSERT ON ${sent} TO ${role.name}`]);
+      assert.ok(!message.includes('retention'), 'retention has what it needs there: not asked for');
+      await untouched(f, 2);
+
+      await admin.unsafe(`GRANT INSERT ON ${sent} TO ${role.name}`);
+      assert.equal((await invoke(role.env(f))).published, 2);
+    } finally {
+      await role.drop();
+    }
+  });
+
+  it('G8: a role that may not read outbox_relay_migrations, and lacks UPDATE too: one failure before claiming names both GRANTs', async () => {
+    const f = await fixture(sql, 'nomigread');
+    const t = qualified(parseTableName(f.table));
+    const role = await createRole([`GRANT SELECT, DELETE ON ${t} TO {role}`, `GRANT SELECT, INSERT, DELETE ON ${sentTableOf(f.table)} TO {role}`]);
+    try {
+      await insertEvents(sql, f.table, [{ aggregateid: 'a' }]);
+      const message = await refused(role.env(f), [
+        `the relay cannot run against the outbox table ${t} until these are fixed:`,
+        `GRANT SELECT ON outbox_relay_migrations TO ${role.name}`,
+        `GRANT UPDATE ON ${t} TO ${role.name}`,
+      ]);
+      assert.equal(message.split('\n  - ').length, 3, message);
+      await untouched(f, 1);
+
+      await admin.unsafe(`GRANT UPDATE ON ${t} TO ${role.name}`);
+      await admin.unsafe(READ_MIGRATIONS.replace('{role}', role.name));
+      assert.equal((await invoke(role.env(f))).published, 1);
+    } finally {
+      await role.drop();
+    }
+  });
+
+  it('G8: a role that may not use the outbox\'s schema fails before claiming with the GRANT USAGE (the lookup that would raise is not run); granted, it relays', async () => {
+    const f = await fixture(sql, 'inschema');
+    const schema = uniqueName('chk');
+    const table = parseTableName(`${schema}.events`);
+    await migrate(sql, table);
+    const t = qualified(table);
+    const role = await createRole([`GRANT SELECT, UPDATE, DELETE ON ${t} TO {role}`, `GRANT SELECT, INSERT, DELETE ON ${sentTableOf(`${schema}.events`)} TO {role}`, READ_MIGRATIONS]);
+    try {
+      await insertEvents(sql, `${schema}.events`, [{ aggregateid: 'a' }]);
+      const env = role.env(f, { OUTBOX_TABLE: `${schema}.events` });
+      const message = await refused(env, [`the database role ${role.name} may not use the schema ${schema} of the outbox table ${t}: GRANT USAGE ON SCHEMA ${schema} TO ${role.name}`]);
+      assert.doesNotMatch(message, /\n/, 'nothing else: the tables are not looked up');
+
+      await admin.unsafe(`GRANT USAGE ON SCHEMA ${schema} TO ${role.name}`);
+      assert.equal((await invoke(env)).published, 1);
+    } finally {
+      await role.drop();
+    }
+  });
+});
+
+describe('checkTables: the migrations the relay was built for', () => {
+  it('G8: an outbox without the last migration is refused before claiming, naming it and `outbox-relay migrate`; after that command, it relays', async () => {
+    const f = await fixture(sql, 'oldschema');
+    const table = parseTableName(f.table);
+    const shipped = loadMigrations();
+    const last = shipped.at(-1)!;
+    // the schema as the version before this one left it
+    await dropOutbox(sql, table);
+    await migrate(sql, table, shipped.slice(0, -1));
+    await insertEvents(sql, f.table, [{ aggregateid: 'a' }, { aggregateid: 'b' }]);
+    await refused(f.env, [`the outbox table ${qualified(table)} lacks migration ${last.version} (${last.name})`, 'run `outbox-relay migrate`']);
+    await untouched(f, 2);
+
+    const migrated = await runCli(['migrate'], f.env);
+    assert.equal(migrated.code, 0, migrated.stderr);
+    assert.equal((await invoke(f.env)).published, 2);
+  });
+
+  it('G8: a table made by hand (no migration recorded for it) is refused before claiming, saying to run `outbox-relay migrate`, which then records them: it relays', async () => {
+    const f = await fixture(sql, 'byhand');
+    await sql`DELETE FROM outbox_relay_migrations WHERE target = ${f.table}`;
+    await insertEvents(sql, f.table, [{ aggregateid: 'a' }]);
+    await refused(f.env, [`no migration of the outbox table ${qualified(parseTableName(f.table))} is recorded in outbox_relay_migrations`, 'Run `outbox-relay migrate`']);
+    await untouched(f, 1);
+
+    const migrated = await runCli(['migrate'], f.env);
+    assert.equal(migrated.code, 0, migrated.stderr);
+    assert.equal((await invoke(f.env)).published, 1);
+  });
+
+  it('a schema newer than the relay (a rolling deploy: the next version migrated first, this one still runs) is accepted: it relays', async () => {
+    const f = await fixture(sql, 'newer');
+    const next = Math.max(...loadMigrations().map((m) => m.version)) + 1;
+    await sql`INSERT INTO outbox_relay_migrations (target, version, name) VALUES (${f.table}, ${next}, ${`${next}_from_the_future.sql`})`;
+    await insertEvents(sql, f.table, [{ aggregateid: 'a' }]);
+    assert.equal((await invoke(f.env)).published, 1);
+  });
+});
+
+describe('retention prunes what it can reach', () => {
+  // delete mode: the role needs nothing on the sent table (README); keep mode: INSERT for the move,
+  // without retention's SELECT and DELETE there, which is a warning, not a refusal
+  for (const [mode, sentGrant] of [
+    ['delete', undefined],
+    ['keep', 'INSERT'],
+  ] as const) {
+    it(`G6 (one bad place blocks no other): OUTBOX_SENT_ROWS=${mode}, ${sentGrant ? `only ${sentGrant}` : 'no grant'} on the sent table, retention on: relays, prunes the skipped rows older than the window, warns once about the sent table`, async () => {
+      const f = await fixture(sql, `prune${mode}`);
+      const t = qualified(parseTableName(f.table));
+      const sent = sentTableOf(f.table);
+      const role = await createRole([`GRANT SELECT, UPDATE, DELETE ON ${t} TO {role}`, READ_MIGRATIONS, ...(sentGrant ? [`GRANT ${sentGrant} ON ${sent} TO {role}`] : [])]);
+      try {
+        const ids = await insertEvents(sql, f.table, Array.from({ length: 6 }, (_, i) => ({ aggregateid: `a-${i}` })));
+        // three skipped two hours ago, one just now; two pending
+        await sql.unsafe(`UPDATE ${t} SET skipped_at = now() - interval '2 hours' WHERE id = ANY($1::uuid[])`, [ids.slice(0, 3)]);
+        await sql.unsafe(`UPDATE ${t} SET skipped_at = now() WHERE id = $1`, [ids[3]!]);
+        // a row kept in the sent table before (a switch from keep mode): out of this role's reach
+        await sql.unsafe(`INSERT INTO ${sent} (id, aggregatetype, aggregateid, type, seq, created_at, sent_at, attempts) VALUES (gen_random_uuid(), 'order', 'old', 'Happened', 0, now() - interval '2 days', now() - interval '2 days', 0)`);
+
+        const logs: string[] = [];
+        const s = await invoke(role.env(f, { OUTBOX_SENT_ROWS: mode, OUTBOX_RETAIN_SENT_MS: '3600000' }), logs);
+        assert.equal(s.published, 2);
+        assert.equal(s.pruned, 3, `the skipped rows older than the window:\n${logs.join('\n')}`);
+        const left = await sql.unsafe<{ id: string }[]>(`SELECT id FROM ${t}`);
+        assert.deepEqual(left.map((r) => r.id), [ids[3]], 'the row skipped just now stays');
+        const [old] = await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${sent} WHERE aggregateid = 'old'`);
+        assert.equal(old!.n, 1, 'the sent table was out of reach');
+
+        const warnings = logs.map((l) => JSON.parse(l) as { level: string; message: string; target?: string }).filter((l) => l.level === 'WARN');
+        const aboutSent = warnings.filter((w) => w.message.startsWith('pruning the sent table failed'));
+        assert.equal(aboutSent.length, 1, `one warning about the sent table:\n${logs.join('\n')}`);
+        assert.equal(aboutSent[0]!.target, 'sent');
+        assert.equal(warnings.length, 1, `no other warning:\n${logs.join('\n')}`);
+      } finally {
+        await role.drop();
+      }
+    });
+  }
+});

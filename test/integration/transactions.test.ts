@@ -1,0 +1,146 @@
+// G1/G7: a transaction is ended by the server, never by forgetting it. postgres.js pools a
+// released connection as it is, open transaction included, and the next `sql.begin` on the pool
+// commits what was left in it. A batch's transaction holds premarks (acked and un-acked rows moved
+// to the sent table, uncommitted), so a connection released without a confirmed ROLLBACK could
+// commit rows the broker never acked. Real Postgres, real connections, a backend terminated.
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import postgres, { type Sql } from 'postgres';
+import { Deadline } from '../../src/budget.ts';
+import { migrate } from '../../src/outbox/migrate.ts';
+import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
+import { OutboxStore } from '../../src/outbox/store.ts';
+import { ADMIN_DATABASE_URL, DATABASE_URL, db, insertEvents, sentTableOf, uniqueName } from './helpers.ts';
+
+let sql: Sql;
+let admin: Sql;
+before(() => {
+  sql = db();
+  admin = db(ADMIN_DATABASE_URL);
+});
+after(async () => {
+  await sql.end();
+  await admin.end();
+});
+
+async function table(name: string): Promise<{ name: string; t: string; sent: string }> {
+  const n = uniqueName(name);
+  await migrate(sql, parseTableName(n));
+  return { name: n, t: qualified(parseTableName(n)), sent: sentTableOf(n) };
+}
+
+async function until(what: string, check: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > end) assert.fail(`timed out waiting until ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+describe('G1/G7: a transaction is ended by the server, never by forgetting it', () => {
+  // The library behaviour the relay guards against. If an upgrade of postgres.js changes it (a
+  // released connection rolled back, or refused), this test says so, and OutboxStore.abandon may
+  // become simpler.
+  it('postgres.js: a connection released inside its transaction is pooled as it is, and the next sql.begin commits what was left in it', async () => {
+    const { name, t } = await table('tx_lib');
+    const client = postgres(DATABASE_URL, { max: 1, onnotice: () => undefined });
+    try {
+      const conn = await client.reserve();
+      await conn`BEGIN`;
+      await conn.unsafe(`INSERT INTO ${t} (aggregatetype, aggregateid, type, payload) VALUES ('a', 'leftover', 't', '{}')`);
+      conn.release();
+      await client.begin(async (tx) => tx`SELECT 1`);
+    } finally {
+      await client.end();
+    }
+    const [r] = await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${t} WHERE aggregateid = 'leftover'`);
+    assert.equal(r!.n, 1, `postgres.js ${name}: the leftover INSERT was committed by an unrelated transaction`);
+  });
+
+  it('G1: a batch whose ROLLBACK cannot be sent (another connection of the client closed) never commits its premarks: the client is ended, the server rolls back, the rows stay pending and unlocked', { timeout: 60_000 }, async () => {
+    const { name, t, sent } = await table('tx_lost');
+    await insertEvents(sql, name, [{ aggregateid: 'a' }, { aggregateid: 'b' }]);
+    const appName = `relay-${name}`;
+    const client = postgres(DATABASE_URL, { max: 3, onnotice: () => undefined, connection: { application_name: appName }, onclose: () => store.loseConnection() });
+    const store = new OutboxStore(client, parseTableName(name), 'hold');
+    const deadline = new Deadline(Date.now() + 20_000);
+    try {
+      // another connection of the same client, idle in a transaction (as the claim ahead's is)
+      const other = await client.reserve();
+      await other`BEGIN`;
+      const otherPid = (await other<{ pid: number }[]>`SELECT pg_backend_pid() AS pid`)[0]!.pid;
+      const tx = await store.begin(deadline);
+      const rows = await tx.claim(10);
+      assert.equal(rows.length, 2);
+      // both rows premarked (moved to the sent table, uncommitted) while "on their way"
+      tx.premark(rows.map((r) => r.seq));
+      await until('the premarks are written', async () => {
+        const [a] = await admin<{ n: number }[]>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = ${appName} AND state = 'idle in transaction' AND query LIKE '%INSERT INTO%'`;
+        return a!.n === 1;
+      });
+      // the other connection's backend ends: the client is known bad from now on
+      await admin`SELECT pg_terminate_backend(${otherPid})`;
+      await until('the client saw the close', () => Promise.resolve(store.connectionLost));
+      // the broker acked one row of two: the batch cannot be committed on this client
+      await assert.rejects(tx.markAndCommit([rows[0]!.seq], []));
+      await tx.rollback();
+      // retention or the waiting marks on the same client: on today's postgres.js it would take
+      // the released connection and commit its premarks
+      const pruning = await store.pruneChunk('skipped', 0, 10, deadline).then(() => 'ran', () => 'refused');
+      await client.begin(async (x) => x`SELECT 1`).catch(() => undefined);
+      // the server rolled the batch back: nothing in the sent table, both rows pending and free
+      const [moved] = await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${sent}`);
+      assert.equal(moved!.n, 0, 'no row reached the sent table');
+      assert.equal(pruning, 'refused', 'retention does not run on a client known bad');
+      await until('no backend of the relay is left in a transaction', async () => {
+        const [a] = await admin<{ n: number }[]>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = ${appName}`;
+        return a!.n === 0;
+      });
+      const locked = await sql.begin(async (x) => x.unsafe<{ seq: string }[]>(`SELECT seq FROM ${t} FOR UPDATE NOWAIT`));
+      assert.equal(locked.length, 2, 'both rows pending and lockable at once');
+    } finally {
+      await client.end({ timeout: 1 }).catch(() => undefined);
+    }
+  });
+
+  it('G1: a ROLLBACK that is not answered in time (the backend stopped) does not release its connection: the client is ended and the rows stay pending', { timeout: 60_000 }, async () => {
+    const { name, t, sent } = await table('tx_slow');
+    await insertEvents(sql, name, [{ aggregateid: 'a' }, { aggregateid: 'b' }]);
+    const appName = `relay-${name}`;
+    const client = postgres(DATABASE_URL, { max: 2, onnotice: () => undefined, connection: { application_name: appName }, onclose: () => store.loseConnection() });
+    const store = new OutboxStore(client, parseTableName(name), 'hold');
+    const deadline = new Deadline(Date.now() + 20_000);
+    let pid = 0;
+    try {
+      const tx = await store.begin(deadline);
+      const rows = await tx.claim(10);
+      tx.premark(rows.map((r) => r.seq));
+      await until('the premarks are written', async () => {
+        const [a] = await admin<{ pid: number }[]>`SELECT pid FROM pg_stat_activity WHERE application_name = ${appName} AND state = 'idle in transaction' AND query LIKE '%INSERT INTO%'`;
+        pid = a?.pid ?? 0;
+        return pid !== 0;
+      });
+      // the backend cannot answer (a frozen server, a network partition): its process stopped
+      process.kill(pid, 'SIGSTOP');
+      const started = Date.now();
+      await tx.rollback();
+      assert.ok(Date.now() - started < 5_000, `the rollback gave up within its grace (${Date.now() - started} ms)`);
+      assert.ok(store.poisoned, 'the client is known bad');
+      // the client was ended: nothing else runs on it (on a released connection, this would wait
+      // behind the unanswered ROLLBACK for as long as the backend stays stopped)
+      const next = await Promise.race([client`SELECT 1`.then(() => 'answered', () => 'refused'), new Promise((r) => setTimeout(r, 3_000, 'waiting'))]);
+      assert.equal(next, 'refused');
+    } finally {
+      if (pid) process.kill(pid, 'SIGCONT');
+      await client.end({ timeout: 1 }).catch(() => undefined);
+    }
+    await until('the server ended the relay backend', async () => {
+      const [a] = await admin<{ n: number }[]>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = ${appName}`;
+      return a!.n === 0;
+    });
+    const [moved] = await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${sent}`);
+    assert.equal(moved!.n, 0, 'no row reached the sent table');
+    const [pending] = await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${t}`);
+    assert.equal(pending!.n, 2, 'both rows still pending');
+  });
+});
