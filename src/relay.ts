@@ -112,14 +112,17 @@ class Invocation {
   private readonly timer = new BatchTimer();
   private readonly commits = new CommitChain();
   /**
-   * Aggregates found waiting behind a row that a transaction other than a relay's holds: left out
-   * of this invocation's later claims so they do not fill every batch; the next invocation looks
-   * at them again.
+   * Aggregates found waiting behind a row this invocation cannot take (a transaction other than a
+   * relay's holds it; not due or parked by hand; a stale waiting mark): left out of this
+   * invocation's later claims so they neither fill every batch nor are claimed again and again;
+   * the next invocation looks at them again.
    */
   private readonly stuckAggregates = new Set<string>();
   /** Topics the broker refused as a whole (deleted, unknown, forbidden): not claimed again in this invocation. */
   private readonly backedOffTopics = new Set<string>();
   private readonly heldBackRows = new Set<string>();
+  /** clearStaleMarks ran in this invocation */
+  private staleMarksCleared = false;
   /** the batch whose transaction is open, rolled back if the invocation fails */
   private inHand: Batch | undefined;
   private ahead: NextClaim | undefined;
@@ -217,7 +220,7 @@ class Invocation {
       }
       this.heldBackRows.add(r.seq);
       if (r.waitsOnForeignLock && !this.stuckAggregates.has(r.aggregateid)) {
-        this.deps.logger.debug('aggregate held back behind a row another transaction holds', { aggregateid: r.aggregateid, seq: r.seq, waitsFor: r.first_gap });
+        this.deps.logger.debug('aggregate held back behind a row this invocation cannot take', { aggregateid: r.aggregateid, seq: r.seq, waitsFor: r.first_gap });
         this.stuckAggregates.add(r.aggregateid);
       }
     }
@@ -247,8 +250,23 @@ class Invocation {
   private async claimAgain(batch: Batch): Promise<Batch | undefined> {
     await this.release(batch);
     if (!this.budgetAllowsBatch()) return this.stop('budget');
+    await this.clearStaleMarks(batch);
     await timed(this.summary, 'commit', this.commits.answered());
     return timed(this.summary, 'claim', this.claim());
+  }
+
+  /**
+   * Rows held back only behind stale waiting marks (their blocking row went in a way that did not
+   * clear them: two removals at once, triggers disabled): clear every stale mark, once per
+   * invocation, and let those aggregates be claimed again. Any mark still stale after that keeps
+   * its aggregate out until the next invocation, so the loop cannot claim behind it again and again.
+   */
+  private async clearStaleMarks(batch: Batch): Promise<void> {
+    const stale = batch.rows.filter((r) => r.waitsOnStaleMark).map((r) => r.aggregateid);
+    if (stale.length === 0 || this.staleMarksCleared) return;
+    this.staleMarksCleared = true;
+    await clearStaleWaiting(this.deps, this.deadline);
+    for (const a of stale) this.stuckAggregates.delete(a);
   }
 
   /**
@@ -384,6 +402,7 @@ class Invocation {
   /** Open a batch transaction and claim into it; `after`: follow that transaction's COMMIT on its connection. */
   private async claim(after?: BatchTransaction, inFlight: string[] = []): Promise<Batch> {
     const startedAt = Date.now();
+    this.summary.claims++;
     this.lastClaim = { at: startedAt, seen: this.idle?.seen() ?? 0, anyRowWakes: false, claimAgain: false, recheck: false };
     const tx = await this.deps.store.begin(this.deadline, after);
     try {

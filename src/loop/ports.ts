@@ -16,13 +16,19 @@ export interface ClaimedRow extends OutboxRow {
   publishable: boolean;
   /** the unsent row of this aggregate, not in the claim, that holds this one back */
   first_gap?: string | null;
-  /** held back behind a row that a transaction other than a relay's holds locked */
+  /**
+   * held back behind a row this invocation cannot take now: locked by a transaction that is not a
+   * relay's, not due or parked by hand, or marked waiting (see heldGapsSql); its aggregate is left
+   * out of the invocation's later claims, so the loop never claims it again and again
+   */
   waitsOnForeignLock?: boolean;
+  /** of those, behind a row whose waiting mark is stale: clearing the marks frees it (Store.clearStaleWaiting) */
+  waitsOnStaleMark?: boolean;
 }
 
 /** What a claim leaves out, besides rows others hold. */
 export interface ClaimFilter {
-  /** aggregates this invocation found stuck behind a foreign lock */
+  /** aggregates this invocation found stuck behind a row it cannot take (ClaimedRow.waitsOnForeignLock) */
   aggregates: string[];
   /** the rows of this invocation's batch in flight: theirs is no gap (they are other aggregates) */
   inFlight: string[];

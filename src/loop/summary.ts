@@ -5,7 +5,7 @@ export type StopReason =
   | 'empty' // nothing left to send: no pending row (parked rows may remain; `status` lists them)
   | 'behind-failed-rows' // every pending row is backing off, or waits behind a backing-off or parked row of its aggregate
   | 'locked' // claimable rows exist, but other transactions hold them: other invocations, usually
-  | 'behind-foreign-locks' // what is left waits behind rows that a transaction other than a relay's holds
+  | 'behind-foreign-locks' // what is left waits behind rows this invocation cannot take: held by a transaction that is not a relay's, or set not due or parked by hand
   | 'topics-backed-off' // what is left is bound for topics the broker refused in this invocation
   | 'budget' // not enough time left for another batch
   | 'broker-unavailable'
@@ -20,6 +20,8 @@ export interface Summary {
   /** distinct rows that had to wait behind an earlier row of their aggregate that this invocation could not take */
   heldBack: number;
   batches: number;
+  /** claim statements run: batches, plus claims that found nothing to publish (bounded by the work done, never a loop) */
+  claims: number;
   pruned: number;
   /** topics the broker refused as a whole in this invocation (deleted, unknown, forbidden): their rows wait, uncharged */
   topicsBackedOff: string[];
@@ -47,6 +49,7 @@ export function newSummary(): Summary {
     parked: 0,
     heldBack: 0,
     batches: 0,
+    claims: 0,
     pruned: 0,
     topicsBackedOff: [],
     durationMs: 0,

@@ -43,17 +43,7 @@ import type { PruneTarget } from '../loop/ports.ts';
  */
 export function claimSql(t: string, policy: ParkedPolicy): string {
   return `
-WITH failed AS MATERIALIZED (
-  -- the aggregates that have a failed row (normally none): each one's first blocking row, if any
-  -- (as blockedAggregates), and whether it has a failed row that does not block (due again, or
-  -- parked under the skip policy), which the waiting marks' check below needs
-  SELECT aggregateid, min(seq) FILTER (WHERE ${blockingRows(policy)}) AS first_blocked,
-         bool_or(NOT (${blockingRows(policy)})) AS unblocked
-  FROM ${t}
-  WHERE sent_at IS NULL AND skipped_at IS NULL AND attempts > 0
-  GROUP BY aggregateid
-),
-blocked AS NOT MATERIALIZED (SELECT aggregateid, first_blocked FROM failed WHERE first_blocked IS NOT NULL),
+WITH blocked AS MATERIALIZED (${blockedAggregates(t, policy)}),
 held AS MATERIALIZED (
   -- first row per aggregate bound for a backed-off topic; a one-time filter skips the scan when none is
   SELECT aggregateid, min(seq) AS first_held
@@ -113,24 +103,17 @@ quick AS MATERIALIZED (
     ORDER BY o.seq, o.next_attempt_at -- as the claim's: the claim index's own order
     LIMIT 1
   ) IS NOT NULL
-  -- A waiting row (outside the claim index) below our rows of its aggregate is a gap too: its
-  -- mark is stale. A mark is justified by a blocking row of its aggregate below it. When an
-  -- aggregate's last failed row goes, a trigger clears its marks in the same statement, and when
-  -- one goes with others left, the marks below the first of them (migration 007). So a stale
-  -- mark has a failed row of its aggregate below it that no longer blocks: due again, parked
-  -- under the skip policy (or the policy changed). Only the claimed aggregates that have such a
-  -- row are probed; with rows waiting behind aggregates that all still block (backing off, or
-  -- parked under hold), none is. (A claimed row of an aggregate whose failed rows all block is
-  -- below the first of them, and every mark that row justifies is above it.)
-  -- The look runs only when the table has a waiting row at all; CASE keeps that order, and a
-  -- scalar subquery with ORDER BY reads the waiting index's first entry (EXISTS was planned as a
-  -- sequential scan for the first waiting row).
+  -- A waiting row (outside the claim index) below our rows of its aggregate is a gap too: a
+  -- mark is justified only by a blocking row below it, and no claimed row is above one, so such a
+  -- mark is stale (its blocking row just went: due again, sent, deleted, parked under skip). The
+  -- marks are not trusted to be cleared on time (two removals at once, triggers disabled): while
+  -- any row waits, every claimed aggregate is probed. CASE: the look runs only when the table has
+  -- a waiting row at all (a scalar subquery with ORDER BY reads the waiting index's first entry;
+  -- EXISTS was planned as a sequential scan for it).
   OR CASE WHEN (SELECT true FROM ${t} w WHERE w.waiting AND w.sent_at IS NULL AND w.skipped_at IS NULL ORDER BY w.aggregateid, w.seq LIMIT 1)
-               AND EXISTS (SELECT 1 FROM failed WHERE unblocked)
-          -- LATERAL ... LIMIT 1: one probe of the waiting index per such aggregate (a semi-join
-          -- was planned as a hash of every waiting row). OFFSET 0: the join with failed first;
-          -- flattened, Postgres probed every claimed aggregate and joined after.
-          THEN EXISTS (SELECT 1 FROM (SELECT a.aggregateid, a.max_seq FROM aggs a JOIN failed f ON f.aggregateid = a.aggregateid AND f.unblocked OFFSET 0) a CROSS JOIN LATERAL (
+          -- LATERAL ... LIMIT 1: one probe of the waiting index per claimed aggregate (a semi-join
+          -- was planned as a hash of every waiting row)
+          THEN EXISTS (SELECT 1 FROM aggs a CROSS JOIN LATERAL (
                  SELECT 1 FROM ${t} w
                  WHERE w.aggregateid = a.aggregateid AND w.waiting AND w.sent_at IS NULL AND w.skipped_at IS NULL
                    AND w.seq < a.max_seq
@@ -163,26 +146,36 @@ LEFT JOIN gap g ON g.aggregateid = c.aggregateid`;
 }
 
 /**
- * For held-back rows, with a fresh snapshot (a separate statement): which of the rows they wait
- * for are held by a transaction that is not a relay's? Those gap rows still exist, are still
- * unsent, and cannot be locked (relays hold the aggregate's lock, and we hold that): they may
- * stay held for long, so the invocation stops claiming their aggregates. Every other gap was
- * only outside our claim (another relay held the aggregate when our scan passed it, or had just
- * sent or deleted the row after our claim's snapshot, or it committed late): the rows waiting
- * behind it are claimed again with the next batch. Gap rows we can lock stay locked by us, so
- * no one else takes them out of order meanwhile.
+ * For held-back rows, with a fresh snapshot (a separate statement): why can the rows they wait for
+ * ($1) not be claimed now? One row per gap row that still exists unsent, with `why`:
+ * - `locked`: a transaction that is not a relay's holds it (relays hold the aggregate's lock, and
+ *   we hold that), such as an application's SELECT ... FOR UPDATE: it may stay held for long;
+ * - `not-due`, `parked`: it is not claimable now (set so by hand: a row that fails blocks its
+ *   aggregate and is never a gap);
+ * - `waiting`: its mark is stale (see claimSql's quick check);
+ * - NULL: it can be claimed now; the next claim starts with it.
+ * A gap row that is gone (sent or deleted after the claim's snapshot) is not listed: the next
+ * claim does not see it. The caller leaves out the aggregates of the first three for the rest of
+ * the invocation, so a claim is never repeated behind a row it cannot take (a tight loop of
+ * claim, hold back, roll back); a stale mark is cleared first (unwaitSql), once. Gap rows we can
+ * lock stay locked by us, so no one else takes them out of order meanwhile.
  */
-export function foreignGapsSql(t: string): string {
+export function heldGapsSql(t: string): string {
   return `
 WITH lockable AS (
   SELECT seq FROM ${t}
   WHERE seq = ANY ($1::bigint[])
   FOR UPDATE SKIP LOCKED
 )
-SELECT o.seq FROM ${t} o
+SELECT o.seq,
+       CASE WHEN NOT EXISTS (SELECT 1 FROM lockable l WHERE l.seq = o.seq) THEN 'locked'
+            WHEN o.waiting THEN 'waiting'
+            WHEN o.parked_at IS NOT NULL THEN 'parked'
+            WHEN o.next_attempt_at > now() THEN 'not-due'
+       END AS why
+FROM ${t} o
 WHERE o.seq = ANY ($1::bigint[])
-  AND o.sent_at IS NULL AND o.skipped_at IS NULL
-  AND NOT EXISTS (SELECT 1 FROM lockable l WHERE l.seq = o.seq)`;
+  AND o.sent_at IS NULL AND o.skipped_at IS NULL`;
 }
 
 /** A plain SKIP LOCKED claim without any order guard: only for the benchmark's comparison. */
@@ -533,7 +526,8 @@ WHERE seq IN (
   SELECT w.seq
   FROM since s
   JOIN ${t} w ON w.aggregateid = s.aggregateid AND w.seq > s.after_seq
-  WHERE w.sent_at IS NULL AND w.skipped_at IS NULL AND w.parked_at IS NULL AND NOT w.waiting
+  -- a failed row is never marked: it is a blocking row itself, or due and claimable at once
+  WHERE w.sent_at IS NULL AND w.skipped_at IS NULL AND w.parked_at IS NULL AND NOT w.waiting AND w.attempts = 0
   LIMIT $2
   FOR UPDATE OF w SKIP LOCKED
 )`;
@@ -566,7 +560,8 @@ firsts AS MATERIALIZED (
 UPDATE ${t} w SET waiting = false
 FROM firsts f
 WHERE w.aggregateid = f.aggregateid AND w.waiting AND w.sent_at IS NULL AND w.skipped_at IS NULL
-  AND (f.first_blocked IS NULL OR w.seq < f.first_blocked)`;
+  -- a failed row's mark (versions before this one set them) would outlive its reason once due
+  AND (f.first_blocked IS NULL OR w.seq < f.first_blocked OR w.attempts > 0)`;
 }
 
 /** Does a row wait, is an aggregate blocked? One probe each of the waiting and retry indexes (OutboxStore.clearStaleWaiting). */

@@ -389,8 +389,14 @@ export class BatchTx implements BatchTransaction {
     const waiting = rows.filter((r) => !r.publishable);
     if (waiting.length === 0) return rows;
     const gaps = [...new Set(waiting.map((r) => r.first_gap!))];
-    const foreign = new Set((await this.run('checking held-back rows', this.conn.unsafe<{ seq: string }[]>(q.foreignGapsSql(this.store.table), [gaps]))).map((r) => r.seq));
-    for (const r of waiting) r.waitsOnForeignLock = foreign.has(r.first_gap!);
+    const held = await this.run('checking held-back rows', this.conn.unsafe<{ seq: string; why: 'locked' | 'waiting' | 'parked' | 'not-due' | null }[]>(q.heldGapsSql(this.store.table), [gaps]));
+    const why = new Map(held.map((g) => [g.seq, g.why]));
+    for (const r of waiting) {
+      const because = why.get(r.first_gap!);
+      // a gap row that cannot be claimed now: its aggregate is left out (heldGapsSql)
+      r.waitsOnForeignLock = because != null;
+      r.waitsOnStaleMark = because === 'waiting';
+    }
     return rows;
   }
 

@@ -97,7 +97,7 @@ describe('claim plan', () => {
     assert.ok(rows.every((r) => r.publishable));
   });
 
-  it('1,000 aggregates backing off, their later rows waiting: the claim passes over the backing-off rows inside the claim index, runs no per-aggregate gap or waiting probe, and claims the clean rows in order', async () => {
+  it('1,000 aggregates backing off, their later rows waiting: the claim passes over the backing-off rows inside the claim index, probes the waiting index once per claimed aggregate, runs no per-aggregate gap probe, and claims the clean rows in order', async () => {
     const table = uniqueName('planbackoff');
     const name = parseTableName(table);
     await migrate(sql, name);
@@ -116,9 +116,12 @@ describe('claim plan', () => {
       [STUCK],
     );
     const store = new OutboxStore(sql, name, 'hold');
-    const deadline = new Deadline(Date.now() + 20_000);
-    // the second failed row of each aggregate waits behind the first, as the later rows do
-    assert.equal(await store.markWaiting(deadline), 11 * STUCK);
+    // a plan-shape test, not a speed test: a deadline no slow machine reaches (a fresh-clone CI run
+    // on a machine 35 % slower than usual missed 20 s marking the 10,000 rows)
+    const deadline = new Deadline(Date.now() + 300_000);
+    // the later rows are marked; the second failed row of each aggregate is not (a failed row is
+    // never marked: the claim's blocked filter leaves it out, and once due it must be claimable)
+    assert.equal(await store.markWaiting(deadline), 10 * STUCK);
     await sql.unsafe(
       `INSERT INTO ${t} (aggregatetype, aggregateid, type, payload)
        SELECT 'order', 'o-' || (g % 100), 'Clean', jsonb_build_object('n', g) FROM generate_series(1, 600) g ORDER BY g`,
@@ -150,14 +153,15 @@ describe('claim plan', () => {
       `the claim probed ${Math.max(...probes.map((n) => n['Actual Loops'] ?? 0))} aggregates for gaps`,
     );
 
-    // the waiting rows' index: read once for its first entry (does any row wait?), and not probed
-    // for the clean aggregates claimed, which have no failed row whose marks could be stale
+    // the waiting rows' index: read once for its first entry (does any row wait?), then probed
+    // once per claimed aggregate (100 clean ones), for a stale mark below its rows: marks are not
+    // trusted to be cleared on time, so while any row waits, every claimed aggregate is looked at
     const waitingReads = subtree('CTE quick').filter((n) => n['Index Name'] === `${table}_waiting_idx`);
     assert.equal(waitingReads.length, 2, `the quick check's reads of the waiting index: ${shape(subtree('CTE quick'))}`);
     assert.deepEqual(
       waitingReads.map((n) => n['Actual Loops']),
-      [1, 0],
-      'the claim probed the waiting index for aggregates that have no failed row',
+      [1, 100],
+      'the waiting index: its first entry, then one probe per claimed aggregate',
     );
 
     // and the store's own transaction claims the oldest 500 clean rows, in order, all publishable

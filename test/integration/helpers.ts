@@ -235,7 +235,7 @@ export function runCli(args: string[], env: Record<string, string>): Promise<Cli
 }
 
 /** One `invoke` through the CLI that must succeed; its summary. */
-export async function invokeOk(env: Record<string, string>, timeoutMs = 20_000): Promise<Record<string, unknown> & { published: number; retried: number; parked: number; claimed: number; stoppedBecause: string; topicsBackedOff: string[]; pruned: number; batches: number; heldBack: number; durationMs: number }> {
+export async function invokeOk(env: Record<string, string>, timeoutMs = 20_000): Promise<Record<string, unknown> & { published: number; retried: number; parked: number; claimed: number; stoppedBecause: string; topicsBackedOff: string[]; pruned: number; batches: number; claims: number; heldBack: number; durationMs: number }> {
   const res = await runCli(['invoke', '--timeout', String(timeoutMs)], env);
   if (res.code !== 0) throw new Error(`invoke failed (exit ${String(res.code)}):\n${res.stderr}`);
   return res.summary as never;

@@ -7,7 +7,7 @@ import { enqueue } from '../../src/enqueue.ts';
 import { createLogger } from '../../src/log.ts';
 import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
 import { loadMigrations, migrate } from '../../src/outbox/migrate.ts';
-import { foreignGapsSql } from '../../src/outbox/sql.ts';
+import { heldGapsSql } from '../../src/outbox/sql.ts';
 import { Runtime } from '../../src/runtime.ts';
 import { consumeAll, counts, createTopics, db, fixture, insertEvents, markedIds, sentTableOf, startCli, uniqueName } from './helpers.ts';
 
@@ -213,21 +213,34 @@ describe('one invocation drains the table', () => {
   }
 });
 
-describe('order guard: telling a foreign lock from a row that was only outside the claim', () => {
-  it('a gap row that is gone, sent or free is not foreign; one another transaction holds is', async () => {
+describe('order guard: why a held-back row\'s gap cannot be claimed now', () => {
+  it('a gap row that is gone or sent is not listed, a free one is claimable (why NULL); one another transaction holds is locked; one set not due, parked or marked waiting by hand says so', async () => {
     const f = await fixture(sql, 'gaps');
     const t = qualified(parseTableName(f.table));
-    const [gone, sent, free, held] = await insertEvents(sql, f.table, [{ aggregateid: 'a' }, { aggregateid: 'b' }, { aggregateid: 'c' }, { aggregateid: 'd' }]);
+    const ids = await insertEvents(sql, f.table, ['a', 'b', 'c', 'd', 'e', 'f', 'g'].map((aggregateid) => ({ aggregateid })));
+    const [gone, sent, free, held, notDue, parked, waiting] = ids as [string, string, string, string, string, string, string];
     const seqOf = async (id: string) => (await sql.unsafe<{ seq: string }[]>(`SELECT seq FROM ${t} WHERE id = $1`, [id]))[0]!.seq;
-    const seqs = { gone: await seqOf(gone!), sent: await seqOf(sent!), free: await seqOf(free!), held: await seqOf(held!) };
-    await sql.unsafe(`DELETE FROM ${t} WHERE id = $1`, [gone!]);
-    await sql.unsafe(`UPDATE ${t} SET sent_at = now() WHERE id = $1`, [sent!]);
+    const seqs = { gone: await seqOf(gone), sent: await seqOf(sent), free: await seqOf(free), held: await seqOf(held), notDue: await seqOf(notDue), parked: await seqOf(parked), waiting: await seqOf(waiting) };
+    await sql.unsafe(`DELETE FROM ${t} WHERE id = $1`, [gone]);
+    await sql.unsafe(`UPDATE ${t} SET sent_at = now() WHERE id = $1`, [sent]);
+    await sql.unsafe(`UPDATE ${t} SET next_attempt_at = now() + interval '1 hour' WHERE id = $1`, [notDue]);
+    await sql.unsafe(`UPDATE ${t} SET parked_at = now() WHERE id = $1`, [parked]);
+    await sql.unsafe(`UPDATE ${t} SET waiting = true WHERE id = $1`, [waiting]);
     const locker = await sql.reserve();
     try {
       await locker`BEGIN`;
-      await locker.unsafe(`SELECT 1 FROM ${t} WHERE id = $1 FOR UPDATE`, [held!]);
-      const foreign = await sql.begin((tx) => tx.unsafe<{ seq: string }[]>(foreignGapsSql(t), [Object.values(seqs)]));
-      assert.deepEqual(foreign.map((r) => r.seq), [seqs.held]);
+      await locker.unsafe(`SELECT 1 FROM ${t} WHERE id = $1 FOR UPDATE`, [held]);
+      const gaps = await sql.begin((tx) => tx.unsafe<{ seq: string; why: string | null }[]>(heldGapsSql(t), [Object.values(seqs)]));
+      assert.deepEqual(
+        new Map(gaps.map((g) => [g.seq, g.why])),
+        new Map([
+          [seqs.free, null],
+          [seqs.held, 'locked'],
+          [seqs.notDue, 'not-due'],
+          [seqs.parked, 'parked'],
+          [seqs.waiting, 'waiting'],
+        ]),
+      );
     } finally {
       await locker`ROLLBACK`;
       locker.release();
