@@ -16,6 +16,9 @@ import postgres, { type PendingQuery, type ReservedSql, type Row, type Sql } fro
 
 export type { ClaimedRow, Failure };
 
+/** how long a ROLLBACK may take past the deadline before its connection is given up (BatchTx.deadlineFree) */
+const ROLLBACK_GRACE_MS = { min: 250, max: 2_000 };
+
 /** rows marked waiting per transaction by markWaiting: a long backlog is marked in short transactions */
 const MARK_WAITING_CHUNK = 10_000;
 
@@ -552,10 +555,14 @@ export class BatchTx implements BatchTransaction {
   }
 
   private async deadlineFree<T>(p: Promise<T>): Promise<T> {
-    // a rollback gets a short grace period of its own: the deadline may already be spent
+    // A rollback may run past the deadline (it is how a failure ends), by a short grace of its
+    // own, inside the safety margin: what the deadline leaves, at least ROLLBACK_GRACE_MS.min, at
+    // most .max. Unanswered by then, the client is ended (rollback), so one grace is the most a
+    // failure spends: the invocation's other transaction finds the client poisoned and waits not.
+    const graceMs = Math.min(ROLLBACK_GRACE_MS.max, Math.max(ROLLBACK_GRACE_MS.min, this.deadline.remaining()));
     let timer: NodeJS.Timeout | undefined;
     try {
-      return await Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error('rollback timed out')), 2_000)))]);
+      return await Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error('rollback timed out')), graceMs)))]);
     } finally {
       clearTimeout(timer);
     }

@@ -143,4 +143,47 @@ describe('G1/G7: a transaction is ended by the server, never by forgetting it', 
     const [pending] = await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${t}`);
     assert.equal(pending!.n, 2, 'both rows still pending');
   });
+
+  it('G5: a failure at the deadline with both of the invocation\'s transactions unanswerable (the batch and the claim ahead, their backends stopped) ends within the safety margin: one short grace, then the client is ended', { timeout: 60_000 }, async () => {
+    const { name, t, sent } = await table('tx_graces');
+    await insertEvents(sql, name, [{ aggregateid: 'a' }, { aggregateid: 'b' }]);
+    const appName = `relay-${name}`;
+    const client = postgres(DATABASE_URL, { max: 2, onnotice: () => undefined, connection: { application_name: appName }, onclose: () => store.loseConnection() });
+    const store = new OutboxStore(client, parseTableName(name), 'hold');
+    const deadline = new Deadline(Date.now() + 1_500);
+    const pids: number[] = [];
+    try {
+      const batch = await store.begin(deadline);
+      const rows = await batch.claim(1);
+      const ahead = await store.begin(deadline);
+      assert.equal((await ahead.claim(1)).length, 1);
+      batch.premark(rows.map((r) => r.seq));
+      await until('both transactions are open and idle', async () => {
+        const found = await admin<{ pid: number }[]>`SELECT pid FROM pg_stat_activity WHERE application_name = ${appName} AND state = 'idle in transaction'`;
+        pids.splice(0, pids.length, ...found.map((r) => r.pid));
+        return pids.length === 2;
+      });
+      for (const pid of pids) process.kill(pid, 'SIGSTOP');
+      await new Promise((r) => setTimeout(r, Math.max(0, deadline.remaining())));
+      // as Invocation.failed ends them: the batch in hand, then the claim ahead
+      const started = Date.now();
+      await batch.rollback();
+      await ahead.rollback();
+      const spent = Date.now() - started;
+      // the tests' safety margin is 1,000 ms (helpers.ts fixture); the default is 3,000
+      assert.ok(spent < 1_000, `both rollbacks gave up within the margin: ${spent} ms`);
+      assert.ok(store.poisoned);
+    } finally {
+      for (const pid of pids) process.kill(pid, 'SIGCONT');
+      await client.end({ timeout: 1 }).catch(() => undefined);
+    }
+    await until('the server ended both backends', async () => {
+      const [a] = await admin<{ n: number }[]>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = ${appName}`;
+      return a!.n === 0;
+    });
+    const [moved] = await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${sent}`);
+    assert.equal(moved!.n, 0, 'no row reached the sent table');
+    const [pending] = await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${t}`);
+    assert.equal(pending!.n, 2);
+  });
 });
