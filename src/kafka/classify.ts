@@ -9,13 +9,14 @@
 //   record   the bytes of one record can never be accepted: charge that row an attempt
 //   topic    every send to this topic fails, other topics are fine: back the topic off, charge no row
 //   producer the producer's idempotence state (id, epoch, sequences) no longer matches the
-//            broker's: a new producer, the same records once more, charge no row
+//            broker's, or the request was damaged on its way (CORRUPT_MESSAGE): a new producer,
+//            the same records once more, charge no row
 //   auth     the broker refused our credentials (rotated): read the secret again, reconnect, retry once
 //   broker   the broker or the network is down or too slow: stop the invocation, charge no row
 import { BrokerUnavailableError, DeadlineExceededError, MessageRejectedError, UnexpectedKafkaError, type RelayError } from '../errors.ts';
 
 /** errors about the records themselves: retrying the same bytes can never succeed */
-const RECORD_ERRORS = new Set(['MESSAGE_TOO_LARGE', 'RECORD_LIST_TOO_LARGE', 'INVALID_RECORD', 'CORRUPT_MESSAGE']);
+const RECORD_ERRORS = new Set(['MESSAGE_TOO_LARGE', 'RECORD_LIST_TOO_LARGE', 'INVALID_RECORD']);
 /** errors about the destination topic: every message to that topic fails, no other topic is affected */
 const TOPIC_ERRORS = new Set([
   'UNKNOWN_TOPIC_OR_PARTITION',
@@ -37,6 +38,13 @@ const PRODUCER_ERRORS = new Set([
   'INVALID_PRODUCER_ID_MAPPING',
   'PRODUCER_FENCED',
 ]);
+/**
+ * A request the broker found damaged (code 2: its CRC check failed): the bytes were corrupted on
+ * the wire, not written wrong by us, since the client computed that CRC over them. Retriable in
+ * the Java client, kafkajs and platformatic alike. Handled as the producer scope: a new producer
+ * encodes the same records again, once; no row is charged (if it fails again, as the broker).
+ */
+const CORRUPT_REQUEST_ERRORS = new Set(['CORRUPT_MESSAGE']);
 const AUTH_ERRORS = new Set(['KafkaJSSASLAuthenticationError', 'SASL_AUTHENTICATION_FAILED', 'PLT_KFK_AUTHENTICATION']);
 /** the broker or the network, not our records: down, unreachable, too slow, or moving leaders */
 const BROKER_ERRORS = new Set([
@@ -123,7 +131,7 @@ export function classifySendError(err: unknown, topic: string): SendFailure {
   }
   const record = types.find((t) => RECORD_ERRORS.has(t));
   if (record) {
-    return { scope: 'record', code: record, error: new MessageRejectedError(`broker rejected the message (${record}) on topic ${topic}`, record !== 'CORRUPT_MESSAGE', { cause: err }) };
+    return { scope: 'record', code: record, error: new MessageRejectedError(`broker rejected the message (${record}) on topic ${topic}`, true, { cause: err }) };
   }
   const topicType = types.find((t) => TOPIC_ERRORS.has(t));
   if (topicType) {
@@ -133,6 +141,10 @@ export function classifySendError(err: unknown, topic: string): SendFailure {
   const producer = types.find((t) => PRODUCER_ERRORS.has(t));
   if (producer) {
     return { scope: 'producer', code: producer, error: new BrokerUnavailableError(`the broker refused the producer's state (${producer}) on topic ${topic}: ${message}`, { cause: err }) };
+  }
+  const corrupt = types.find((t) => CORRUPT_REQUEST_ERRORS.has(t));
+  if (corrupt) {
+    return { scope: 'producer', code: corrupt, error: new BrokerUnavailableError(`the broker found the request corrupt (${corrupt}) on topic ${topic}, damaged on its way: ${message}`, { cause: err }) };
   }
   if (types.some((t) => BROKER_ERRORS.has(t))) return { scope: 'broker', error: new BrokerUnavailableError(`broker unavailable: ${message}`, { cause: err }) };
   const seen = types.filter((t) => t !== 'Error').join(' < ') || 'no error type';

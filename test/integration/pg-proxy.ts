@@ -9,10 +9,33 @@
 // extended protocol: Parse ('P': statement name, query text), Bind ('B': portal, statement name),
 // Execute ('E'). A prepared statement is parsed once per connection and later only bound by name,
 // so the proxy remembers each connection's statement texts. Simple queries are 'Q'.
+//
+// Two faults for the crash tests: a connection's answers held back (the server has executed what
+// it received, the client has not heard of it), and the way to the server cut for every connection
+// at once (what the server has received by then is all a process killed at that instant sent).
 import net from 'node:net';
+
+/** One client connection, as onStatement sees it. */
+export interface PgProxyConnection {
+  /** From now on, what the server sends this client is kept here, not forwarded (a COMMIT executed, its answer not received). */
+  holdAnswers(): void;
+  /** Forward what was held, and stop holding. */
+  releaseAnswers(): void;
+  /** bytes of the server's answers held back so far */
+  readonly heldBytes: number;
+  /** the command tags (CommandComplete: `SELECT 5`, `COMMIT`, ...) among the answers held back so far: what the server has done */
+  readonly heldCommands: readonly string[];
+}
 
 export interface PgProxy {
   port: number;
+  /**
+   * From now on nothing any client sends reaches the server: the moment a process is killed, as
+   * far as the database can tell. What was forwarded before stays forwarded.
+   */
+  cutToServer(): void;
+  /** messages from clients that cutToServer() kept from the server */
+  readonly cutMessages: number;
   close(): Promise<void>;
 }
 
@@ -22,11 +45,14 @@ function cstring(buf: Buffer, at: number): [string, number] {
 }
 
 /**
- * `onStatement` hears each statement as it passes; when it returns 'drop', the statement is not
- * forwarded and the connection is closed, as a network fault or a pooler that refuses it would.
+ * `onStatement` hears each statement as it passes, with its connection, before it is forwarded;
+ * when it returns 'drop', the statement is not forwarded and the connection is closed, as a
+ * network fault or a pooler that refuses it would.
  */
-export async function startPgProxy(opts: { listenPort: number; targetPort: number; onStatement: (text: string) => void | 'drop' }): Promise<PgProxy> {
+export async function startPgProxy(opts: { listenPort: number; targetPort: number; onStatement: (text: string, connection: PgProxyConnection) => void | 'drop' }): Promise<PgProxy> {
   const open = new Set<net.Socket>();
+  let cut = false;
+  let cutMessages = 0;
   const server = net.createServer((client) => {
     const upstream = net.connect({ port: opts.targetPort, host: '127.0.0.1' });
     open.add(client).add(upstream);
@@ -38,7 +64,45 @@ export async function startPgProxy(opts: { listenPort: number; targetPort: numbe
     };
     client.on('error', closeBoth).on('close', closeBoth);
     upstream.on('error', closeBoth).on('close', closeBoth);
-    upstream.on('data', (d: Buffer) => client.write(d));
+    // the server's messages, whole (a type byte and an int32 length that counts itself, from the
+    // first byte: no SSL), so that what is held starts and ends at a message's boundary
+    let held: Buffer[] | undefined;
+    let heldBytes = 0;
+    const heldCommands: string[] = [];
+    let answers: Buffer = Buffer.alloc(0);
+    upstream.on('data', (d: Buffer) => {
+      answers = answers.length === 0 ? d : Buffer.concat([answers, d]);
+      let end = 0;
+      while (answers.length >= end + 5 && answers.length >= end + 1 + answers.readInt32BE(end + 1)) {
+        const next = end + 1 + answers.readInt32BE(end + 1);
+        if (held) {
+          const msg = answers.subarray(end, next);
+          held.push(msg);
+          heldBytes += msg.length;
+          if (msg[0] === 0x43 /* C: CommandComplete */) heldCommands.push(cstring(msg, 5)[0]);
+        }
+        end = next;
+      }
+      // whole messages pass in one write, as they came (many small writes would meet Nagle's delay)
+      if (!held && end > 0) client.write(answers.subarray(0, end));
+      answers = answers.subarray(end);
+    });
+    const connection: PgProxyConnection = {
+      holdAnswers: () => void (held ??= []),
+      releaseAnswers: () => {
+        const out = held ?? [];
+        held = undefined;
+        for (const d of out) if (!client.destroyed) client.write(d);
+      },
+      get heldBytes() {
+        return heldBytes;
+      },
+      heldCommands,
+    };
+    const forward = (bytes: Buffer, messages = 1) => {
+      if (cut) cutMessages += messages;
+      else upstream.write(bytes);
+    };
 
     const statements = new Map<string, string>(); // prepared statement name → text
     let portalText = '';
@@ -51,7 +115,7 @@ export async function startPgProxy(opts: { listenPort: number; targetPort: numbe
           if (pending.length < 4) break;
           const len = pending.readInt32BE(0);
           if (pending.length < len) break;
-          upstream.write(pending.subarray(0, len));
+          forward(pending.subarray(0, len));
           pending = pending.subarray(len);
           started = true;
           continue;
@@ -70,15 +134,15 @@ export async function startPgProxy(opts: { listenPort: number; targetPort: numbe
           const [, next] = cstring(msg, 5);
           portalText = statements.get(cstring(msg, next)[0]) ?? '';
         } else if (type === 'E') {
-          verdict = opts.onStatement(portalText);
+          verdict = opts.onStatement(portalText, connection);
         } else if (type === 'Q') {
-          verdict = opts.onStatement(cstring(msg, 5)[0]);
+          verdict = opts.onStatement(cstring(msg, 5)[0], connection);
         }
         if (verdict === 'drop') {
           closeBoth();
           return;
         }
-        upstream.write(msg);
+        forward(msg);
       }
     });
   });
@@ -91,6 +155,10 @@ export async function startPgProxy(opts: { listenPort: number; targetPort: numbe
   });
   return {
     port: (server.address() as net.AddressInfo).port,
+    cutToServer: () => void (cut = true),
+    get cutMessages() {
+      return cutMessages;
+    },
     close: () =>
       new Promise<void>((resolve) => {
         for (const s of open) s.destroy();

@@ -3,6 +3,7 @@
 // same handler Lambda runs, or as warm Runtimes in this process where that is the point.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Sql } from 'postgres';
 import { Deadline } from '../../src/budget.ts';
 import { loadConfig } from '../../src/config.ts';
@@ -11,7 +12,7 @@ import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
 import type { Summary } from '../../src/relay.ts';
 import { Runtime } from '../../src/runtime.ts';
 import { startKafkaProxy } from './kafka-proxy.ts';
-import { startPgProxy } from './pg-proxy.ts';
+import { startPgProxy, type PgProxyConnection } from './pg-proxy.ts';
 import {
   ADMIN_DATABASE_URL,
   KAFKA_PROXIED_PORT,
@@ -155,31 +156,91 @@ describe('G2: a batch\'s COMMIT reaches the database before the next batch reach
 });
 
 describe('G2: a crash after a batch\'s COMMIT went out, while the next batch is in flight', () => {
-  it('re-sends only the batch in flight: the database commits the COMMIT it received', async () => {
-    const f = await fixture(sql, 'crash2');
-    // 200 aggregates: batch 2 is claimed (rows 100-199) while batch 1 is in flight, so it is
-    // published right after batch 1's COMMIT was written, without waiting for its answer
-    const ids = await insertEvents(sql, f.table, Array.from({ length: 250 }, (_, i) => ({ aggregateid: `a-${i % 200}`, payload: { i } })));
-    // the hook pauses after every batch's acks
-    const env = { ...f.env, OUTBOX_BATCH_SIZE: '100', OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS: '1500' };
-    const running = startCli(['invoke', '--timeout', '60000'], env);
-    // second pause: batch 1's COMMIT was written (not awaited) before batch 2 was published
-    await running.waitForStderr('test hook: pausing after publish', 30_000, 2);
-    running.child.kill('SIGKILL');
-    assert.equal((await running.result).signal, 'SIGKILL');
-
-    assert.equal(await topicCount([f.topic('order')]), 200, 'two batches reached Kafka');
-    assert.deepEqual(await markedIds(sql, f.table), new Set(ids.slice(0, 100)), 'exactly batch 1 is marked');
+  it('killed while COMMIT 1 is on the wire, its answer not received, and batch 2 on the broker: the database commits what it received, only batch 2 is re-sent', async () => {
+    const f = await fixture(sql, 'crash2', ['order'], 1);
+    // 150 aggregates, batches of 100: batch 2 (rows 100-149) is claimed ahead while batch 1 is in
+    // flight, and being short it claims nothing ahead itself, so nothing but commitIfAllPremarked's
+    // own flush puts batch 1's COMMIT on the wire before batch 2's records go to the broker
+    const ids = await insertEvents(sql, f.table, Array.from({ length: 150 }, (_, i) => ({ aggregateid: `a-${i}`, payload: { i } })));
+    const log: string[] = [];
+    let commits = 0;
+    let commitAnswer: PgProxyConnection | undefined;
+    // in front of whatever the relay connects to: Postgres, or the pooler in the pooled run. The
+    // first COMMIT (batch 1's) reaches the server, which executes it; its answer is held here, so
+    // the relay never hears it
+    const pgProxy = await startPgProxy({
+      listenPort: 0,
+      targetPort: Number(new URL(f.env.DATABASE_URL!).port || 5432),
+      onStatement: (text, connection) => {
+        if (text.trim().toUpperCase() !== 'COMMIT') return;
+        log.push(`commit ${++commits}`);
+        if (commits === 1) {
+          commitAnswer = connection;
+          connection.holdAnswers();
+        }
+      },
+    });
+    // The crash: the moment batch 2's Produce request reaches the broker, the way to the database
+    // is cut (what the server has received by then is all it will get from this process); the
+    // process is killed once batch 2 is on the topic
+    let produces = 0;
+    const batch2Sent = Promise.withResolvers<void>();
+    const kafkaProxy = await startKafkaProxy({
+      listenPort: KAFKA_PROXY_PORT,
+      targetPort: KAFKA_PROXIED_PORT,
+      onProduceRequest: () => {
+        log.push(`produce ${++produces}`);
+        if (produces !== 2) return;
+        pgProxy.cutToServer();
+        batch2Sent.resolve();
+      },
+    });
+    let killed;
+    try {
+      const url = new URL(f.env.DATABASE_URL!);
+      url.port = String(pgProxy.port);
+      // a child process, so the relay's writes and the proxies' reads are on different event loops;
+      // retention off: its chunks commit on a connection of their own
+      const running = startCli(['invoke', '--timeout', '60000'], { ...f.env, DATABASE_URL: url.toString(), KAFKA_BROKERS: `127.0.0.1:${KAFKA_PROXY_PORT}`, OUTBOX_BATCH_SIZE: '100', OUTBOX_RETAIN_SENT_MS: '0' });
+      let timer: NodeJS.Timeout | undefined;
+      const first = await Promise.race([
+        batch2Sent.promise.then(() => 'sent' as const),
+        running.result.then((r) => `the relay ended before batch 2 was sent (exit ${String(r.code)}):\n${r.stderr.slice(-3_000)}`),
+        new Promise<string>((resolve) => (timer = setTimeout(resolve, 30_000, 'batch 2 was not sent within 30 s'))),
+      ]);
+      clearTimeout(timer);
+      if (first !== 'sent') {
+        running.child.kill('SIGKILL');
+        assert.fail(`${first} (${log.join(', ')})`);
+      }
+      // batch 2 on the topic, and batch 1's COMMIT answered by the server (it has executed what
+      // it received): the answer is held, so the relay is where it was at the cut
+      for (const until = Date.now() + 10_000; Date.now() < until; await sleep(50)) {
+        if ((commitAnswer?.heldBytes ?? 0) > 0 && (await topicCount([f.topic('order')])) >= 150) break;
+      }
+      running.child.kill('SIGKILL');
+      killed = await running.result;
+    } finally {
+      await kafkaProxy.close();
+      await pgProxy.close();
+    }
+    assert.equal(killed.signal, 'SIGKILL');
+    assert.equal(await topicCount([f.topic('order')]), 150, 'two batches reached Kafka');
+    assert.equal(commits, 1, `one COMMIT: batch 1's (${log.join(', ')})`);
+    // G2: the COMMIT was written before batch 2 reached the broker, so the server received it and
+    // committed it, though the relay died without its answer
+    assert.deepEqual(await markedIds(sql, f.table), new Set(ids.slice(0, 100)), `exactly batch 1 is committed as sent (${log.join(', ')}; ${pgProxy.cutMessages} messages cut from the database)`);
+    // and the kill was exact: the server had answered that COMMIT, and the relay never heard it
+    assert.ok(commitAnswer && commitAnswer.heldBytes > 0, `batch 1's COMMIT was answered by the server, and the answer held from the relay: ${log.join(', ')}`);
 
     const res = await runCli(['invoke', '--timeout', '30000'], f.env);
     assert.equal(res.code, 0, res.stderr);
-    assert.equal(res.summary?.published, 150);
-    const msgs = await consumeAll([f.topic('order')], 350);
+    assert.equal(res.summary?.published, 50);
+    const msgs = await consumeAll([f.topic('order')], 200);
     const copies = copiesById(msgs);
     assert.deepEqual(new Set(copies.keys()), new Set(ids), 'every row arrived');
-    assert.deepEqual(twiceIds(copies), new Set(ids.slice(100, 200)), 'only batch 2 is duplicated');
-    const seqs = await seqsById(sql, f.table);
-    for (const [key, order] of firstCopyOrder(msgs, (id) => seqs.get(id)!)) assert.ok(isSorted(order), `aggregate ${key} out of order`);
+    assert.deepEqual(twiceIds(copies), new Set(ids.slice(100)), 'only batch 2, the batch in flight, is duplicated');
+    assert.equal(msgs.length, 200);
   });
 });
 
@@ -307,36 +368,114 @@ describe('G3 and G4 under concurrency', () => {
     assert.ok(seqs.get(lateId)! > Number(firstSeq), 'which is not seq order: writers that do not serialize per aggregate get commit order');
   });
 
-  it('G4, writers that serialize per aggregate (a lock on the aggregate, as aggregate stores do): commit order is seq order, and so is Kafka\'s', async () => {
-    const f = await fixture(sql, 'serialized');
-    const t = qualified(parseTableName(f.table));
-    const ids: string[] = [];
-    // 4 writers at once, 10 rows each for aggregate 'a', each row its own transaction that first
-    // takes the aggregate's lock (pg_advisory_xact_lock stands in for SELECT … FOR UPDATE on the aggregate's row)
-    const writers = Array.from({ length: 4 }, async (_, w) => {
-      for (let i = 0; i < 10; i++) {
-        const [row] = await sql.begin(async (tx) => {
-          await tx`SELECT pg_advisory_xact_lock(hashtext(${`agg:${f.table}:a`}))`;
-          return tx.unsafe<{ id: string }[]>(`INSERT INTO ${t} (aggregatetype, aggregateid, type, payload) VALUES ('order', 'a', 'W', $1::jsonb) RETURNING id`, [JSON.stringify({ w, i })]);
-        });
-        ids.push(row!.id);
-      }
-    });
-    // relay while they write
-    const relaying = (async () => {
-      let published = 0;
-      for (let n = 0; n < 20 && published < 40; n++) published += Number((await runCli(['invoke', '--timeout', '15000'], f.env)).summary?.published ?? 0);
-    })();
-    await Promise.all(writers);
-    await relaying;
-    const res = await runCli(['invoke', '--timeout', '15000'], f.env);
-    assert.equal(res.code, 0, res.stderr);
-    const seqs = await seqsById(sql, f.table);
-    const msgs = (await consumeAll([f.topic('order')], 40)).sort((x, y) => Number(x.offset) - Number(y.offset));
-    assert.equal(msgs.length, 40);
-    assert.ok(isSorted(msgs.map((m) => seqs.get(m.headers.id!)!)), 'Kafka order is seq order');
+  it('G4, writers that serialize per aggregate (a lock on the aggregate, as aggregate stores do): commit order is seq order, and so is Kafka\'s, with a second relay claiming while the first holds the aggregate\'s earliest rows', async (ctx) => {
+    const run = await serializedWriters(sql, { guard: true });
+    ctx.diagnostic(run.detail);
+    assert.ok(isSorted(run.kafkaSeqs), `Kafka order is seq order: ${run.kafkaSeqs.join(',')} (${run.detail})`);
+    assert.ok(run.bRuns > 1, `relay B claimed again and again while A held its batch (${run.detail})`);
+    assert.equal(run.bPublished, 0, `relay B took no row of the aggregate while A held its first rows (${run.detail})`);
+  });
+
+  it('G4, the same scenario with the unguarded claim (SKIP LOCKED alone, the benchmark\'s comparison): relay B publishes later rows first, so the test above can fail', async (ctx) => {
+    const run = await serializedWriters(sql, { guard: false });
+    ctx.diagnostic(run.detail);
+    assert.ok(run.bPublished > 0, `relay B took later rows of the aggregate while A held its first ones (${run.detail})`);
+    assert.ok(!isSorted(run.kafkaSeqs), `Kafka order is not seq order: ${run.kafkaSeqs.join(',')} (${run.detail})`);
   });
 });
+
+/**
+ * 4 writers at once write 40 rows of aggregate 'a', each row its own transaction that first takes
+ * the aggregate's lock (pg_advisory_xact_lock stands in for SELECT … FOR UPDATE on the aggregate's
+ * row), so rows commit in seq order. Two relays (warm Runtimes) claim concurrently, in batches of 5:
+ * A claims the earliest rows, and the answer to its claim is held by a proxy (its transaction is
+ * open on the server, holding what it claimed) while B is invoked again and again, until the
+ * writers are done; then A goes on. Whatever B publishes meanwhile reaches the broker before A's
+ * rows. `guard`: StoreOptions.guard for both relays (false: claimUnguardedSql).
+ */
+async function serializedWriters(sql: Sql, { guard }: { guard: boolean }): Promise<{ kafkaSeqs: number[]; bRuns: number; bPublished: number; detail: string }> {
+  const f = await fixture(sql, 'serialized');
+  const t = qualified(parseTableName(f.table));
+  const ROWS = 40;
+  // relay A connects through a proxy that holds every answer on the connection of its first claim
+  let held: PgProxyConnection | undefined;
+  const proxy = await startPgProxy({
+    listenPort: 0,
+    targetPort: Number(new URL(f.env.DATABASE_URL!).port || 5432),
+    onStatement: (text, connection) => {
+      if (held || !/LIMIT \$1\s+FOR UPDATE (OF r )?SKIP LOCKED/.test(text)) return;
+      held = connection;
+      connection.holdAnswers();
+    },
+  });
+  const urlA = new URL(f.env.DATABASE_URL!);
+  urlA.port = String(proxy.port);
+  const env = { ...f.env, OUTBOX_BATCH_SIZE: '5', OUTBOX_RETAIN_SENT_MS: '0', OUTBOX_LOG_LEVEL: 'error' };
+  const a = new Runtime(loadConfig({ ...env, DATABASE_URL: urlA.toString() }), createLogger('error'), undefined, { guard });
+  const b = new Runtime(loadConfig(env), createLogger('error'), undefined, { guard });
+  let bRuns = 0;
+  let bPublished = 0;
+  let aSummary: Summary | undefined;
+  let invocationA: Promise<Summary> | undefined;
+  let writing: Promise<unknown> | undefined;
+  const aClaimed = Promise.withResolvers<void>();
+  try {
+    // connected first, so that the relays claim while the writers write
+    await Promise.all([a, b].map(async (rt) => (await rt.database(), await rt.publisher().maxMessageBytes(f.topic('order'), new Deadline(Date.now() + 10_000)))));
+    let written = 0;
+    // past the first 10 rows, the writers wait for A's claim, then go on while B claims
+    const writers = Array.from({ length: 4 }, async (_, w) => {
+      for (let i = 0; i < ROWS / 4; i++) {
+        if (written >= 10) await aClaimed.promise;
+        await sql.begin(async (tx) => {
+          await tx`SELECT pg_advisory_xact_lock(hashtext(${`agg:${f.table}:a`}))`;
+          await tx.unsafe(`INSERT INTO ${t} (aggregatetype, aggregateid, type, payload) VALUES ('order', 'a', 'W', $1::jsonb)`, [JSON.stringify({ w, i })]);
+        });
+        written++;
+        await sleep(50);
+      }
+    });
+    writing = Promise.all(writers);
+    let writersDone = false;
+    writing.then(
+      () => (writersDone = true),
+      () => (writersDone = true),
+    );
+    for (const until = Date.now() + 10_000; written < 10; await sleep(5)) if (Date.now() > until) assert.fail(`the writers wrote ${written} rows in 10 s`);
+    invocationA = a.invoke(30_000);
+    invocationA.catch(() => undefined);
+    // A's claim has run on the server (its answer, held, says SELECT 5): the rows it took are
+    // locked by its open transaction
+    for (const until = Date.now() + 10_000; !held?.heldCommands.some((c) => c.startsWith('SELECT ')); await sleep(10)) {
+      if (Date.now() > until) assert.fail(`relay A did not claim within 10 s (${held ? `answers held: ${held.heldCommands.join(', ')}` : 'no claim seen'})`);
+    }
+    aClaimed.resolve();
+    // B, again and again while the writers write, and once after
+    for (let last = false; !last; ) {
+      last = writersDone;
+      bPublished += (await b.invoke(10_000)).published;
+      bRuns++;
+      await sleep(10);
+    }
+    await writing;
+    held.releaseAnswers();
+    aSummary = await invocationA;
+  } finally {
+    aClaimed.resolve();
+    held?.releaseAnswers();
+    await invocationA?.catch(() => undefined);
+    await writing?.catch(() => undefined);
+    await Promise.all([a.close(), b.close()]);
+    await proxy.close();
+  }
+  const res = await runCli(['invoke', '--timeout', '15000'], f.env);
+  assert.equal(res.code, 0, res.stderr);
+  const seqs = await seqsById(sql, f.table);
+  const msgs = (await consumeAll([f.topic('order')], ROWS)).sort((x, y) => Number(x.offset) - Number(y.offset));
+  assert.equal(msgs.length, ROWS, 'every row once, no duplicate');
+  assert.equal(new Set(msgs.map((m) => m.headers.id)).size, ROWS);
+  return { kafkaSeqs: msgs.map((m) => seqs.get(m.headers.id!)!), bRuns, bPublished, detail: `A published ${aSummary?.published}, B ${bPublished} in ${bRuns} invocations, the last ${String(res.summary?.published)}` };
+}
 
 describe('stop reasons say what is true', () => {
   it('empty; behind failed rows (a parked row holds its aggregate); locked (the only due row held by another transaction)', async () => {
@@ -493,7 +632,7 @@ describe('G8: clear failures', () => {
     await sql`DELETE FROM outbox_relay_migrations WHERE target = ${f.table} AND version = 5`;
     const res = await runCli(['invoke', '--timeout', '10000'], f.env);
     assert.notEqual(res.code, 0);
-    assert.match(res.stderr, /the sent table "[^"]+_sent" does not exist: this version of the relay moves sent rows there \(migration 5\)\. Run `outbox-relay migrate`/);
+    assert.match(res.stderr, /the outbox table "[^"]+" lacks migration 5 \(005_sent_table\.sql\), which this version of the relay needs \(recorded in outbox_relay_migrations: [\d, ]+\): run `outbox-relay migrate`/);
     assert.equal(res.summary?.published, 0);
     assert.equal(await topicCount([f.topic('order')]), 0, 'nothing was published that could not be moved');
     const [left] = await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${qualified(parseTableName(f.table))} WHERE sent_at IS NULL AND attempts = 0`);
@@ -513,8 +652,8 @@ describe('G8: clear failures', () => {
     await sql`DELETE FROM outbox_relay_migrations WHERE target = ${f.table} AND version = 5`;
     const rt = new Runtime(loadConfig({ ...f.env, OUTBOX_LOG_LEVEL: 'error' }), createLogger('error'));
     try {
-      await assert.rejects(rt.invoke(10_000), /the sent table "[^"]+_sent" does not exist/);
-      await assert.rejects(rt.invoke(10_000), /the sent table "[^"]+_sent" does not exist/, 'still failing: nothing was remembered as checked');
+      await assert.rejects(rt.invoke(10_000), /lacks migration 5 \(005_sent_table\.sql\)/);
+      await assert.rejects(rt.invoke(10_000), /lacks migration 5 \(005_sent_table\.sql\)/, 'still failing: nothing was remembered as checked');
       assert.equal(await topicCount([f.topic('order')]), 0);
       assert.equal((await runCli(['migrate'], f.env)).code, 0);
       assert.equal((await rt.invoke(10_000)).published, 2);
@@ -531,6 +670,7 @@ describe('G8: clear failures', () => {
     try {
       await admin.unsafe(`CREATE ROLE ${role} LOGIN PASSWORD 'pw'`);
       await admin.unsafe(`GRANT SELECT, UPDATE, DELETE ON ${qualified(parseTableName(f.table))} TO ${role}`);
+      await admin.unsafe(`GRANT SELECT ON outbox_relay_migrations TO ${role}`);
       await insertEvents(sql, f.table, [{ aggregateid: 'a' }, { aggregateid: 'b' }]);
       // direct: a role of its own is not in the pooler's auth file
       const env = { ...f.env, DATABASE_URL: DATABASE_URL.replace(/\/\/[^@]+@/, `//${role}:pw@`), DATABASE_PREPARE: 'true' };

@@ -69,13 +69,13 @@ describe('classifySendError', () => {
 });
 
 describe('classifySendError: every code in its scope', () => {
-  it('record codes: the row is charged; only CORRUPT_MESSAGE may succeed when retried (not permanent)', () => {
-    for (const [type, permanent] of [['MESSAGE_TOO_LARGE', true], ['RECORD_LIST_TOO_LARGE', true], ['INVALID_RECORD', true], ['CORRUPT_MESSAGE', false]] as const) {
+  it('record codes: the row is charged, and parked at once (retrying the same bytes cannot succeed)', () => {
+    for (const type of ['MESSAGE_TOO_LARGE', 'RECORD_LIST_TOO_LARGE', 'INVALID_RECORD']) {
       const err = protocol(type);
       const r = classifySendError(err, 'orders');
       assert.ok(r.scope === 'record', type);
       assert.equal(r.code, type);
-      assert.equal(r.error.permanent, permanent, type);
+      assert.equal(r.error.permanent, true, type);
       assert.equal(r.error.message, `broker rejected the message (${type}) on topic orders`);
       assert.equal(r.error.cause, err);
     }
@@ -113,6 +113,20 @@ describe('classifySendError: every code in its scope', () => {
       assert.equal(r.error.message, `the broker refused the producer's state (${type}) on topic orders: ${type}`);
       assert.equal(r.error.cause, err);
     }
+  });
+
+  it('CORRUPT_MESSAGE (a request damaged on the wire, retriable in the Java client): a new producer, the same send once more, no row charged', () => {
+    // kafkajs: retriable, so it arrives after kafkajs' own retries, wrapped
+    const err = new KafkaJSNumberOfRetriesExceeded(new KafkaJSProtocolError({ message: 'This message has failed its CRC checksum', type: 'CORRUPT_MESSAGE', code: 2, retriable: true } as never), { retryCount: 3, retryTime: 100 });
+    const r = classifySendError(err, 'orders');
+    assert.ok(r.scope === 'producer');
+    assert.equal(r.code, 'CORRUPT_MESSAGE');
+    assert.ok(r.error instanceof BrokerUnavailableError);
+    assert.equal(r.error.message, 'the broker found the request corrupt (CORRUPT_MESSAGE) on topic orders, damaged on its way: This message has failed its CRC checksum');
+    assert.equal(r.error.cause, err);
+    // a record error elsewhere in the chain (a later attempt) still charges the record
+    const both = Object.assign(new Error('several'), { errors: [protocol('CORRUPT_MESSAGE'), protocol('MESSAGE_TOO_LARGE')] });
+    assert.equal(classifySendError(both, 'orders').scope, 'record');
   });
 
   it('auth keeps the cause; broker wraps the message and keeps the cause; a deadline passes through as is', () => {
@@ -199,7 +213,6 @@ describe('classifySendError: @platformatic/kafka errors map to the same scopes',
       [10, 'MESSAGE_TOO_LARGE', 'record'],
       [18, 'RECORD_LIST_TOO_LARGE', 'record'],
       [87, 'INVALID_RECORD', 'record'],
-      [2, 'CORRUPT_MESSAGE', 'record'],
       [3, 'UNKNOWN_TOPIC_OR_PARTITION', 'topic'],
       [29, 'TOPIC_AUTHORIZATION_FAILED', 'topic'],
       [100, 'UNKNOWN_TOPIC_ID', 'topic'],
@@ -207,6 +220,7 @@ describe('classifySendError: @platformatic/kafka errors map to the same scopes',
       [59, 'UNKNOWN_PRODUCER_ID', 'producer'],
       [47, 'INVALID_PRODUCER_EPOCH', 'producer'],
       [46, 'DUPLICATE_SEQUENCE_NUMBER', 'producer'],
+      [2, 'CORRUPT_MESSAGE', 'producer'],
       [6, 'NOT_LEADER_OR_FOLLOWER', 'broker'],
       [19, 'NOT_ENOUGH_REPLICAS', 'broker'],
       [7, 'REQUEST_TIMED_OUT', 'broker'],

@@ -1,9 +1,12 @@
 // Model-based tests of the invocation loop (src/relay.ts, runInvocation) against in-memory fakes
 // of its ports (test/unit/fakes/outbox.ts says what they model and what not). fast-check
-// generates outbox tables, batch sizes, latencies (interleavings), faults at every step of the
-// loop (claim, sends, premark, COMMIT, its answer, the next claim, ...) and a crash at any
-// operation; after every run, and at the moment of a crash, the guarantees are checked on the
-// fake database's committed state and the fake broker's acks:
+// generates outbox tables, batch sizes, latencies of the process and of the server (interleavings:
+// a COMMIT is applied when the server gets to it, after what was sent before it on its
+// connection), faults at every step of the loop (claim, sends, premark, COMMIT, its answer, the
+// next claim, a ROLLBACK that fails with its connection, hangs or answers after its grace, ...)
+// and a crash at any operation; after every run, and at a crash once the server has run what the
+// dead process had sent (a COMMIT sent before the death is committed), the guarantees are checked
+// on the fake database's committed state and the fake broker's acks:
 //   G1  nothing is committed as sent that the broker did not ack
 //   G2  rows acked but not committed as sent are at most one batch (one transaction's claim, at
 //       most OUTBOX_BATCH_SIZE rows); not counted: rows whose COMMIT the database refused (a
@@ -14,9 +17,17 @@
 //       was acked (so first copies are in seq order, and nothing jumps a held, failed or parked row)
 //   G5  runInvocation settles by the deadline + G5_MARGIN_MS
 //   and: without faults every row is acked exactly once and committed sent; the summary agrees
-//   with the committed state; the stop reason is true; no transaction is left open; the loop
-//   uses the ports as specified (no statement on an ended transaction, every row published is
-//   held by an open transaction).
+//   with the committed state; the stop reason is true; no transaction is left open, by the loop
+//   or on the server (a connection that goes back to the pool inside its transaction keeps it
+//   open, with its locks and writes, and the next transaction on that connection would commit
+//   them); the loop uses the ports as specified (no statement on an ended transaction, every row
+//   published is held by an open transaction, no transaction's writes committed by another's
+//   COMMIT).
+//
+// The fake's batch transactions copy BatchTx's handling of its connection (UNCONFIRMED_END).
+// BatchTx before 3583737 released a connection whose ROLLBACK was skipped (the client poisoned) or
+// not answered, and one whose COMMIT went unanswered: with MODEL_UNCONFIRMED_END=release the
+// properties find it, and a scenario below shows it each run.
 //
 // Linger mode (OUTBOX_IDLE=linger, src/loop/idle.ts) has properties of its own, the same checks
 // on runs where producers commit rows while the invocation runs (at generated times, and right
@@ -40,13 +51,14 @@ import { DatabaseError } from '../../src/errors.ts';
 import { createLogger } from '../../src/log.ts';
 import { RECLAIM_MS } from '../../src/loop/idle.ts';
 import { runInvocation, type Summary } from '../../src/relay.ts';
-import { FakePublisher, FakeStore, World, firstBlocked, type LateCommit, type RacingRows, type PublishFault, type RowSpec, type RowState, type StoreFault, type WorldPlan } from './fakes/outbox.ts';
+import { FakePublisher, FakeStore, ROLLBACK_GRACE_MS, World, firstBlocked, type LateCommit, type RacingRows, type PublishFault, type RowSpec, type RowState, type StoreFault, type UnconfirmedEnd, type WorldPlan } from './fakes/outbox.ts';
 
 /**
  * G5's margin. In production a failed invocation may outlive its deadline by BatchTx.rollback's
- * own grace (deadlineFree: 2 000 ms for a ROLLBACK that no longer answers). The fake rollback
- * answers at once, so the loop itself must settle within a few event-loop turns of the
- * deadline; 100 ms leaves room for timer granularity on a loaded machine.
+ * own grace (deadlineFree: 2 000 ms for a ROLLBACK that no longer answers; ROLLBACK_GRACE_MS in
+ * the fake, added when a rollback hung). Otherwise the fake rollback answers within a few turns,
+ * so the loop itself must settle within a few event-loop turns of the deadline; 100 ms leaves
+ * room for timer granularity on a loaded machine.
  */
 const G5_MARGIN_MS = 100;
 /** how long after the deadline a run counts as hung (a G5 failure rather than a stuck test) */
@@ -95,8 +107,15 @@ type Ending =
 
 const logger = createLogger('error', {}, () => undefined);
 
+/**
+ * How the fake's batch transactions end one whose end the server has not confirmed, copied from
+ * BatchTx (fakes/outbox.ts, UnconfirmedEnd): 'abandon' is BatchTx as it is; 'release' is BatchTx
+ * before 3583737. MODEL_UNCONFIRMED_END=release runs the model on the old code, to see it fail.
+ */
+const UNCONFIRMED_END: UnconfirmedEnd = process.env.MODEL_UNCONFIRMED_END === 'release' ? 'release' : 'abandon';
+
 /** `deadlineAt`: the deadline in the world's time (World.now()) */
-async function run(sc: Scenario): Promise<{ world: World; ending: Ending; deadlineAt: number }> {
+async function run(sc: Scenario, unconfirmedEnd = UNCONFIRMED_END): Promise<{ world: World; ending: Ending; deadlineAt: number }> {
   const world = new World(sc);
   const config = loadConfig({
     DATABASE_URL: 'postgres://x@y/z',
@@ -109,7 +128,8 @@ async function run(sc: Scenario): Promise<{ world: World; ending: Ending; deadli
   const deadline = Deadline.fromRemaining(sc.deadlineMs, 0);
   const deadlineAt = world.now() + (deadline.at - Date.now());
   const t0 = performance.now();
-  const relay = runInvocation({ store: new FakeStore(world), publisher: new FakePublisher(world), config, logger, random: () => 0.5 }, deadline).then(
+  const store = new FakeStore(world, unconfirmedEnd);
+  const relay = runInvocation({ store, publisher: new FakePublisher(world, store), config, logger, random: () => 0.5 }, deadline).then(
     (summary): Ending => ({ kind: 'returned', summary, elapsedMs: performance.now() - t0 }),
     (error: unknown): Ending => ({ kind: 'rejected', error, elapsedMs: performance.now() - t0 }),
   );
@@ -118,6 +138,10 @@ async function run(sc: Scenario): Promise<{ world: World; ending: Ending; deadli
   try {
     // a crash abandons the run: its promises never settle, and hold no timer
     const ending = await Promise.race([relay, world.died.then((): Ending => ({ kind: 'crashed' })), hung]);
+    // the server runs what it was sent, dead process or not (a COMMIT written before the death
+    // commits); it then sees a dead process's connections close
+    if (world.dead) await world.afterDeath();
+    else await world.serverIdle();
     return { world, ending: world.dead ? { kind: 'crashed' } : ending, deadlineAt };
   } finally {
     clearTimeout(watchdog);
@@ -156,9 +180,18 @@ function checkSafety(sc: Scenario, world: World, ending: Ending): void {
 function checkEnding(sc: Scenario, world: World, ending: Ending, deadlineAt = Infinity): void {
   if (ending.kind === 'crashed') return;
   if (ending.kind === 'hung') fail(world, `G5 violated: runInvocation had not settled ${WATCHDOG_MS} ms after its ${sc.deadlineMs} ms deadline`);
-  if (ending.elapsedMs > sc.deadlineMs + G5_MARGIN_MS) fail(world, `G5 violated: runInvocation took ${Math.round(ending.elapsedMs)} ms, deadline ${sc.deadlineMs} ms + margin ${G5_MARGIN_MS} ms`);
+  const margin = G5_MARGIN_MS + (world.fired.includes('rollback:hang') || world.fired.includes('rollback:slow') ? ROLLBACK_GRACE_MS : 0);
+  if (ending.elapsedMs > sc.deadlineMs + margin) fail(world, `G5 violated: runInvocation took ${Math.round(ending.elapsedMs)} ms, deadline ${sc.deadlineMs} ms + margin ${margin} ms`);
   const open = world.openTransactions();
   if (open.length > 0) fail(world, `transactions left open after the run (${ending.kind}): ${open.map((t) => `tx${t.id}`).join(', ')}`);
+  // on the server: the client ended every transaction, but a connection that went back to the pool
+  // inside one keeps it open, with its locks and writes, until the connection closes
+  const serverOpen = world.openServerTxs().filter((t) => !t.conn.closed);
+  if (serverOpen.length > 0) {
+    const how = (t: (typeof serverOpen)[number]) =>
+      `s${t.id} on connection c${t.conn.id}${t.conn.stuck ? ' (which answers nothing more)' : ''}, begun by ${t.members.map((m) => `tx${m.id}${m.rolledBack ? (m.rollbackSent ? ' (ROLLBACK sent, not answered)' : ' (ROLLBACK never sent: the client was poisoned)') : ` (${m.state})`}`).join(', ')}`;
+    fail(world, `transactions left open on the server after the run (${ending.kind}), holding their locks: ${serverOpen.map(how).join('; ')}; the connection was released (back to the pool) instead of closed`);
+  }
   const relayLocks = [...world.aggregateLocks.values(), ...[...world.rowLocks.values()].filter((h) => h > 0)];
   if (relayLocks.length > 0) fail(world, `locks left held after the run: transactions ${[...new Set(relayLocks)].join(', ')}`);
 
@@ -169,6 +202,7 @@ function checkEnding(sc: Scenario, world: World, ending: Ending, deadlineAt = In
     if (summary?.stoppedBecause !== 'database-error') fail(world, `a DatabaseError without its summary (stoppedBecause 'database-error'): ${error.message}`);
     // a LISTEN that fails, hangs or is lost falls back to polling: it never fails the invocation
     const explains = (f: string) => f.includes(':') && !f.startsWith('premark:recoverable') && !f.startsWith('prune:') && !f.startsWith('listen:');
+    // (a rollback that fails or hangs explains one: it poisons the client, or closes a connection)
     if (!world.fired.some(explains)) fail(world, `the run failed without a database fault that could explain it: ${error.message}`);
     return;
   }
@@ -396,6 +430,8 @@ function storeFaultArb(hangs: boolean): fc.Arbitrary<StoreFault> {
     fc.record({ op: fc.constantFrom('begin', 'claim', 'whyEmpty', 'prune'), call, kind: hangs ? fc.constantFrom('fail', 'hang') : fc.constant('fail') }),
     fc.record({ op: fc.constant('premark'), call, kind: fc.constantFrom('recoverable', 'aborting') }),
     fc.record({ op: fc.constantFrom('commit', 'mark'), call, kind: hangs ? fc.constantFrom('fail', 'lost', 'hang-applied', 'hang-unapplied') : fc.constantFrom('fail', 'lost') }),
+    // a ROLLBACK's hang lasts its grace (ROLLBACK_GRACE_MS), not the deadline: in every fault run
+    fc.record({ op: fc.constant('rollback'), call, kind: fc.constantFrom('fail', 'hang', 'slow') }),
   );
 }
 
@@ -420,6 +456,7 @@ function scenarioArb({ faults, crash, hangs }: ScenarioOptions): fc.Arbitrary<Sc
     maxAttempts: fc.integer({ min: 1, max: 3 }),
     foreignLocked: foreignArb,
     latencies: latenciesArb,
+    serverLatencies: latenciesArb,
     storeFaults: faults ? fc.array(storeFaultArb(hangs), { maxLength: 3 }) : fc.constant<StoreFault[]>([]),
     publishFaults: faults ? fc.array(publishFaultArb(hangs), { maxLength: 3 }) : fc.constant<PublishFault[]>([]),
     deadlineMs: fc.constant(ROOMY_DEADLINE_MS),
@@ -498,6 +535,7 @@ function lingerScenarioArb({ faults, crash, wake }: { faults: boolean; crash: bo
       maxAttempts: fc.integer({ min: 1, max: 3 }),
       foreignLocked: foreignArb,
       latencies: latenciesArb,
+      serverLatencies: latenciesArb,
       publishFaults: faults ? fc.array(publishFaultArb(true), { maxLength: 3 }) : fc.constant<PublishFault[]>([]),
       deadlineMs: fc.integer(LINGER_DEADLINE_MS),
       linger: fc.record({ wake: wake ? fc.constant(wake) : fc.constantFrom('notify', 'poll'), pollMs: fc.integer({ min: 10, max: 30 }) }),
@@ -594,6 +632,44 @@ describe('invocation loop, model-based (in-memory store and broker, fast-check)'
       }),
       params(HANG_RUNS),
     );
+  });
+});
+
+describe('a connection released inside its transaction (BatchTx.rollback on a poisoned client, before 3583737), model-based scenarios', () => {
+  const row = (aggregate: number, topic: string | null = null): RowSpec => ({ aggregate, topic, attempts: 0 });
+  // The first claim takes agg-9's second row, held behind its first (an application's lock): it
+  // rolls back, its ROLLBACK answered after the grace (slow): the client is poisoned. The next
+  // batch (agg-0's row 3, on the audit topic) is premarked and the topic refused as a whole:
+  // nothing acked, so it rolls back, and the poisoned client does not send the ROLLBACK. Released
+  // as it was (before 3583737), the connection is reserved by the claim ahead of the batch after
+  // it, which goes on in the rolled-back transaction; its COMMIT commits the premark of row 3,
+  // which the broker never acked (G1: lost).
+  const sc: Scenario = {
+    rows: [row(9), row(9), row(0, 'outbox.audit'), row(0, 'outbox.audit'), row(1), row(2), row(3)],
+    foreignLocked: [0],
+    batchSize: 1,
+    maxAttempts: 3,
+    latencies: [0],
+    storeFaults: [{ op: 'rollback', call: 0, kind: 'slow' }],
+    publishFaults: [{ op: 'publish', call: 0, at: 0, what: 'backoff' }],
+    deadlineMs: ROOMY_DEADLINE_MS,
+  };
+
+  it('BatchTx ends the client instead (OutboxStore.abandon): nothing of the rolled-back transaction is committed, G1 holds', async () => {
+    const { world, ending } = await run(sc, 'abandon');
+    checkSafety(sc, world, ending);
+    checkEnding(sc, world, ending);
+    assert.equal(world.rows.get(3)?.sent, false, 'row 3 is still pending');
+  });
+
+  it('with the connection released (BatchTx before 3583737), the next transaction on it commits the premarks it held: the model sees it', async () => {
+    const { world } = await run(sc, 'release');
+    assert.ok(
+      world.violations.some((v) => /yet its writes \[3\] were committed by tx\d+'s COMMIT/.test(v)),
+      `the leftover premark of row 3 committed by the next transaction:\n  ${world.violations.join('\n  ')}\n  ${world.tail(40)}`,
+    );
+    assert.equal(world.rows.get(3)?.sent, true, 'row 3 committed as sent');
+    assert.ok(!world.ackLog.some((a) => a.seq === '3'), 'though never acked (G1)');
   });
 });
 
