@@ -129,7 +129,16 @@ async function run(sc: Scenario, unconfirmedEnd = UNCONFIRMED_END): Promise<{ wo
   const deadlineAt = world.now() + (deadline.at - Date.now());
   const t0 = performance.now();
   const store = new FakeStore(world, unconfirmedEnd);
-  const relay = runInvocation({ store, publisher: new FakePublisher(world, store), config, logger, random: () => 0.5 }, deadline).then(
+  // before 3583737 the loop did not look at the client's state before publishing a batch claimed
+  // ahead (Store.poisoned): the 'release' mirror hides it from the loop, as the code then was
+  const loopStore = unconfirmedEnd === 'release' ? new Proxy(store, {
+          get: (target, key) => {
+            if (key === 'poisoned') return false;
+            const value = Reflect.get(target, key, target) as unknown;
+            return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+          },
+        }) : store;
+  const relay = runInvocation({ store: loopStore, publisher: new FakePublisher(world, store), config, logger, random: () => 0.5 }, deadline).then(
     (summary): Ending => ({ kind: 'returned', summary, elapsedMs: performance.now() - t0 }),
     (error: unknown): Ending => ({ kind: 'rejected', error, elapsedMs: performance.now() - t0 }),
   );

@@ -1355,9 +1355,6 @@ export class FakePublisher implements Publisher {
       // the batch's transaction must hold every row it sends (no other relay can take it meanwhile)
       const holder = lockHolder(w, m.seq);
       const stx = holder === undefined || holder === FOREIGN ? undefined : w.serverTxs[holder - 1];
-      // once a connection closed under the client, the batch in hand may have lost its transaction
-      // (OutboxStore.connectionLost: nothing more is written; its acks are not committed)
-      if (this.store?.connectionLost) continue;
       if (stx?.state !== 'open' || !stx.members.some((t) => t.state === 'open')) w.violation(`publish#${call}: row ${m.seq} is sent while no open transaction of the invocation holds it`);
     }
     const events = new Map<number, Extract<PublishFault, { op: 'publish' }>['what']>();
