@@ -9,7 +9,7 @@ import { createPublisher } from './kafka/clients.ts';
 import type { Publisher } from './kafka/publisher.ts';
 import type { Logger } from './log.ts';
 import { backlog, type Backlog } from './outbox/admin.ts';
-import { OutboxStore, isAuthError, type StoreOptions, isConnectionLost, wrapDbError } from './outbox/store.ts';
+import { OutboxStore, endClient, isAuthError, type StoreOptions, isConnectionLost, wrapDbError } from './outbox/store.ts';
 import { runInvocation, type Summary } from './relay.ts';
 import { databaseUrlFromSecret, kafkaCredentialsFromSecret, SecretsManagerSource, type SecretSource } from './secrets.ts';
 
@@ -219,7 +219,7 @@ export class Runtime {
       return await backlog(this.sql, this.config.outbox.table, deadline);
     } catch (err) {
       if (err instanceof DeadlineExceededError) {
-        if (this.store) this.store.poisoned = true;
+        if (this.store) this.store.abandon();
         else this.connectionLost = true;
       }
       throw err;
@@ -231,7 +231,8 @@ export class Runtime {
     this.sql = undefined;
     this.store = undefined;
     this.connectionLost = false;
-    await sql?.end({ timeout: 1 }).catch(() => undefined);
+    if (!sql) return;
+    await endClient(sql);
   }
 
   /** Bounded: a hung broker or database must not keep a CLI process (or a test) alive. */

@@ -162,14 +162,26 @@ export class OutboxStore implements Store {
    */
   private async reserve(deadline: Deadline): Promise<ReservedSql> {
     const what = 'reserving a database connection';
-    if (this.connectionLost) throw wrapDbError(connectionClosed('a connection of the database client had closed'), what);
+    if (this.poisoned) throw wrapDbError(connectionClosed(this.connectionLost ? 'a connection of the database client had closed' : 'the database client was abandoned'), what);
     let fail!: (err: Error) => void;
     const lost = new Promise<never>((_, reject) => {
       fail = reject;
     });
     this.reserveWaits.add(fail);
+    const reserving = this.sql.reserve();
     try {
-      return await this.bounded(deadline, what, Promise.race([this.sql.reserve(), lost]));
+      return await this.bounded(deadline, what, Promise.race([reserving, lost]));
+    } catch (err) {
+      // A reservation that arrives after the wait failed (the client is abandoned by then) would
+      // hold its connection open for good, past the client's end(): back to the pool, and closed.
+      reserving.then(
+        (conn) => {
+          conn.release();
+          this.abandon();
+        },
+        () => undefined,
+      );
+      throw err;
     } finally {
       this.reserveWaits.delete(fail);
     }
@@ -199,7 +211,13 @@ export class OutboxStore implements Store {
    */
   abandon(): void {
     this.poisoned = true;
-    this.ended ??= this.sql.end({ timeout: 0 }).catch(() => undefined);
+    // end(), not destroy: a second for the connections to finish what they were sending, then
+    // every one is closed (an open transaction's within that second: it never answers again).
+    // Immediately would be worse: postgres.js reconnects a closed connection that had a wait
+    // queued (porsager/postgres#1195), and a connection destroyed while its reconnect is pending
+    // comes back after the end, open for good; one that reconnects within the second sees the end
+    // and closes itself.
+    this.ended ??= endClient(this.sql);
   }
 
   /** The pool's own transactions (retention, the waiting marks) never run on a client known bad. */
@@ -327,13 +345,17 @@ export class OutboxStore implements Store {
     return { close };
   }
 
-  /** Race a statement against the deadline; cancel it server-side and poison the client if it loses. */
+  /**
+   * Race a statement against the deadline; if it loses, cancel it server-side (a closed connection
+   * alone does not stop a running statement) and abandon the client: its connection is still busy
+   * with the statement, inside a transaction or not, and nothing tells when it will be free.
+   */
   async bounded<T>(deadline: Deadline, what: string, query: Promise<T> | PendingQuery<Row[]>): Promise<T> {
     try {
       return await deadline.race(what, query as Promise<T>, () => {
-        this.poisoned = true;
         const cancel = (query as { cancel?: () => void }).cancel;
         if (typeof cancel === 'function') cancel.call(query);
+        this.abandon();
       });
     } catch (err) {
       throw wrapDbError(err, what);
@@ -365,9 +387,11 @@ export class BatchTx implements BatchTransaction {
   ) {}
 
   run<T>(what: string, query: Promise<T> | PendingQuery<Row[]>): Promise<T> {
-    // a PendingQuery is sent only when awaited: rejecting here means it never reaches the socket
-    if (this.store.connectionLost) {
-      return Promise.reject(new DatabaseError(`a database connection closed during the invocation (terminated by the server, failover or network) before ${what}; the batch is abandoned and its rows stay pending`));
+    // A PendingQuery is sent only when awaited: rejecting here means it never reaches the socket.
+    // On a client abandoned (ended) a reserved connection's statement would never be answered.
+    if (this.store.poisoned) {
+      const why = this.store.connectionLost ? 'a database connection closed during the invocation (terminated by the server, failover or network)' : 'the database client was abandoned (a statement or a rollback missed its time)';
+      return Promise.reject(new DatabaseError(`${why} before ${what}; the batch is abandoned and its rows stay pending`));
     }
     return this.store.bounded(this.deadline, what, query);
   }
@@ -412,7 +436,7 @@ export class BatchTx implements BatchTransaction {
    * returns to the savepoint and marks exactly the acked ones.
    */
   premark(seqs: string[]): void {
-    if (seqs.length === 0 || this.store.connectionLost) return;
+    if (seqs.length === 0 || this.store.poisoned) return;
     const seqSet = new Set(seqs);
     const statements = [this.run('opening the premark savepoint', this.conn`SAVEPOINT premark`), this.run('marking rows sent', this.conn.unsafe(this.store.markText, [seqs], this.store.prepared))];
     // a row that had failed, once sent, may free the rows waiting behind it (migration 004)
@@ -454,7 +478,7 @@ export class BatchTx implements BatchTransaction {
 
   /** The connection, for the next batch's transaction, while this one's COMMIT is on the wire; once. */
   handOver(): ReservedSql | undefined {
-    if (this.state !== 'committing' || this.connectionUser !== 'this' || this.store.connectionLost) return undefined;
+    if (this.state !== 'committing' || this.connectionUser !== 'this' || this.store.poisoned) return undefined;
     this.connectionUser = 'next';
     return this.conn;
   }
@@ -567,6 +591,30 @@ export class BatchTx implements BatchTransaction {
       clearTimeout(timer);
     }
   }
+}
+
+/**
+ * End a client for good: end() (a second for the connections to finish, then closed), and then,
+ * for 25 s, its idle connections closed every 250 ms. postgres.js 3.4.9 reconnects a closed
+ * connection that had a wait queued (porsager/postgres#1195) even after end(): its reconnect timer
+ * outlives terminate(), and end() does not see the connection that comes back, which would stay
+ * open for good (and keep a CLI or test process alive). Its backoff stays under 20 s. The sweep's
+ * timers do not keep the process alive themselves.
+ */
+export async function endClient(sql: Sql): Promise<void> {
+  await sql.end({ timeout: 1 }).catch(() => undefined);
+  sweepReconnects(sql, Date.now() + 25_000);
+}
+
+function sweepReconnects(sql: Sql, until: number): void {
+  setTimeout(() => {
+    // `close` is in postgres.js 3.4.9 but not in its types: it ends every idle connection
+    const closing = (sql as unknown as { close(): Promise<void> }).close().catch(() => undefined);
+    const bounded = new Promise((r) => setTimeout(r, 1_000).unref());
+    void Promise.race([closing, bounded]).then(() => {
+      if (Date.now() < until) sweepReconnects(sql, until);
+    });
+  }, 250).unref();
 }
 
 /** seq values are int8 as decimal strings without sign or leading zeros: shorter is smaller */

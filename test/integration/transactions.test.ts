@@ -10,10 +10,7 @@ import { Deadline } from '../../src/budget.ts';
 import { migrate } from '../../src/outbox/migrate.ts';
 import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
 import { OutboxStore } from '../../src/outbox/store.ts';
-import { loadConfig } from '../../src/config.ts';
-import { createLogger } from '../../src/log.ts';
-import { Runtime } from '../../src/runtime.ts';
-import { ADMIN_DATABASE_URL, DATABASE_URL, consumeAll, db, fixture, insertEvents, sentTableOf, uniqueName, type EventSpec } from './helpers.ts';
+import { ADMIN_DATABASE_URL, DATABASE_URL, db, insertEvents, sentTableOf, uniqueName } from './helpers.ts';
 
 let sql: Sql;
 let admin: Sql;
@@ -188,61 +185,5 @@ describe('G1/G7: a transaction is ended by the server, never by forgetting it', 
     assert.equal(moved!.n, 0, 'no row reached the sent table');
     const [pending] = await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${t}`);
     assert.equal(pending!.n, 2);
-  });
-
-  it('G1, all together on the real services: batches half refused (a missing topic), retention busy, an idle backend of the relay terminated every 0.1-1 s, warm invocations of one Runtime: every row in the sent table is on Kafka, no refused row is', { timeout: 180_000 }, async () => {
-    const f = await fixture(sql, 'tx_all');
-    const missing = `${f.prefix}.missing`;
-    const sentT = sentTableOf(f.table);
-    // retention has work for the whole run: old sent rows (negative seqs: no clash with the outbox's)
-    await sql.unsafe(
-      `INSERT INTO ${sentT} (id, aggregatetype, aggregateid, type, payload, seq, created_at, sent_at, attempts)
-       SELECT gen_random_uuid(), 'order', 'old', 'Old', '{}', -g, now() - interval '3 days', now() - interval '2 days', 0
-       FROM generate_series(1, 30000) g`,
-    );
-    const appName = `relay-${f.table}`;
-    const rt = new Runtime(
-      loadConfig({ ...f.env, OUTBOX_CLIENT_ID: appName, OUTBOX_BATCH_SIZE: '8', OUTBOX_RETAIN_SENT_MS: '3600000' }),
-      createLogger('error', {}, () => undefined),
-    );
-    let terminating = true;
-    let terminated = 0;
-    const terminator = (async () => {
-      while (terminating) {
-        // one idle backend at a time (the claim ahead's, retention's, a pooled one), now and then
-        const r = await admin<{ t: boolean }[]>`SELECT pg_terminate_backend(pid) AS t FROM pg_stat_activity WHERE application_name = ${appName} AND state = 'idle' ORDER BY random() LIMIT 1`;
-        terminated += r.length;
-        await new Promise((res) => setTimeout(res, 100 + Math.random() * 900));
-      }
-    })();
-    let failedInvocations = 0;
-    let published = 0;
-    const refused: string[] = [];
-    try {
-      for (let round = 0; round < 12; round++) {
-        const events: EventSpec[] = Array.from({ length: 32 }, (_, i) => (i % 4 === 3 ? { aggregateid: `m-${round}-${i}`, topic: missing } : { aggregateid: `g-${i % 5}`, payload: { round, i } }));
-        const ids = await insertEvents(sql, f.table, events);
-        refused.push(...ids.filter((_, i) => i % 4 === 3));
-        const r = await rt.invoke(3_000).catch(() => undefined);
-        if (r) published += r.published;
-        else failedInvocations++;
-      }
-    } finally {
-      terminating = false;
-      await terminator;
-    }
-    try {
-      // faults over: the good rows all go
-      for (let i = 0; i < 5; i++) await rt.invoke(10_000).catch(() => undefined);
-    } finally {
-      await rt.close();
-    }
-    const inSent = new Set((await sql.unsafe<{ id: string }[]>(`SELECT id::text FROM ${sentT} WHERE seq > 0`)).map((r) => r.id));
-    const good = 12 * 24;
-    assert.equal(inSent.size, good, `every good row moved to the sent table (terminated ${terminated} backends, ${failedInvocations} invocations failed)`);
-    const onKafka = new Set((await consumeAll([f.topic('order')], good, 60_000)).map((m) => m.headers.id));
-    for (const id of inSent) assert.ok(onKafka.has(id), `row ${id} is in the sent table but not on Kafka`);
-    for (const id of refused) assert.ok(!inSent.has(id), `row ${id} of the refused topic is in the sent table`);
-    console.log(`# ${terminated} backends terminated, ${failedInvocations} of 12 invocations failed, ${published} rows published while faults ran`);
   });
 });
