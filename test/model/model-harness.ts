@@ -1,0 +1,991 @@
+// Harness of the model-based test of the real claim/mark SQL on the real Postgres
+// (test/model/model.test.ts says what it checks and why). A scenario is plain data (steps), so
+// that fast-check can generate and shrink it and a regression test can replay a counterexample
+// literally. Everything here is real except Kafka: the relay loop (runInvocation), OutboxStore on a
+// postgres.js client per relay (built as src/runtime.ts builds its client, and replaced when the
+// Runtime would replace it), the migrations, the operator functions of src/outbox/admin.ts. The
+// publisher is a fake whose outcome per publish call the scenario chooses; it records every ack
+// (G1) and checks every first publication against the order the rows committed in (G4).
+import { randomBytes } from 'node:crypto';
+import { appendFileSync } from 'node:fs';
+import postgres, { type ReservedSql, type Sql } from 'postgres';
+import { Deadline } from '../../src/budget.ts';
+import { loadConfig, type Config, type ParkedPolicy } from '../../src/config.ts';
+import { BrokerUnavailableError, DatabaseError, MessageRejectedError, RelayError } from '../../src/errors.ts';
+import type { OutboundMessage } from '../../src/kafka/message.ts';
+import type { PublishOutcome, Publisher } from '../../src/kafka/publisher.ts';
+import { createLogger } from '../../src/log.ts';
+import type { BatchTransaction, InsertWatch, NothingClaimable, PruneTarget, Store } from '../../src/loop/ports.ts';
+import { retryParked, skipParked } from '../../src/outbox/admin.ts';
+import { parseTableName, qualified, sentTable, type TableName } from '../../src/outbox/identifier.ts';
+import { dropOutbox, migrate } from '../../src/outbox/migrate.ts';
+import { OutboxStore, isConnectionLost } from '../../src/outbox/store.ts';
+import { runInvocation, type Summary } from '../../src/relay.ts';
+
+export const DATABASE_URL = process.env.TEST_DATABASE_URL ?? 'postgres://outbox:outbox@127.0.0.1:5432/outbox';
+/** superuser, for pg_terminate_backend */
+export const ADMIN_DATABASE_URL = process.env.TEST_ADMIN_DATABASE_URL ?? 'postgres://postgres:postgres@127.0.0.1:5432/outbox';
+
+// ---------------------------------------------------------------------------------------------
+// Scenarios: plain data
+
+export type Agg = 'a' | 'b' | 'c';
+/** aggregatetype: routes the row to topic outbox.event.<type>; one aggregate may change topic */
+export type AggType = 'order' | 'user';
+
+/** What a producer or an operator does; these may also run while invocations run (InvokeStep.side). */
+export type Action =
+  /** one producer transaction: insert n rows of the aggregate, commit */
+  | { kind: 'insert'; agg: Agg; type: AggType; n: number }
+  /** insert n rows in producer transaction `tx` (opened if it is not), without committing */
+  | { kind: 'open'; tx: 0 | 1; agg: Agg; type: AggType; n: number }
+  /** commit producer transaction `tx`, if open */
+  | { kind: 'commit'; tx: 0 | 1 }
+  /** the rows backing off (failed, not parked) become due now: time need not pass */
+  | { kind: 'due' }
+  /** by hand: UPDATE one pending, unparked row SET next_attempt_at = now() + 1 hour, attempts = 0 */
+  | { kind: 'notDue'; pick: number }
+  /** by hand: DELETE one unsent row */
+  | { kind: 'delete'; pick: number }
+  /** `parked skip` of one parked row (src/outbox/admin.ts skipParked) */
+  | { kind: 'skip'; pick: number }
+  /**
+   * `n` rows sent two days ago appear in the sent table (of aggregatetype OLD_SENT, not the model's:
+   * the checks leave them out), so that retention has chunks to delete while the loop runs, as
+   * when it is behind
+   */
+  | { kind: 'oldSent'; n: number };
+
+/**
+ * Operator steps that run only between invocations: each can take a parked row's excuse back (a
+ * row parked under `skip` may be passed; once retried or reset it may not), and the G4 check reads
+ * the excuse when the later row is published, so they must not race a claim that saw the row parked.
+ */
+export type OperatorStep =
+  /** `parked retry` of one parked row, or of all */
+  | { kind: 'retry'; pick: number | 'all' }
+  /** by hand: UPDATE one failed or parked row SET attempts = 0, next_attempt_at = '-infinity', parked_at = NULL */
+  | { kind: 'reset'; pick: number }
+  /** OUTBOX_PARKED_POLICY for the next invocations (a redeploy: the relays' stores are rebuilt) */
+  | { kind: 'policy'; policy: ParkedPolicy };
+
+/**
+ * The fake publisher's answer to one publish call. `at` picks a message (modulo the call's count):
+ * - ack: every message acked
+ * - reject / rejectPermanent: that message refused for itself (charged an attempt; permanent: parked
+ *   at once), the later messages of its key left pending as the real publisher does, the rest acked
+ * - backoff: that message's topic refused as a whole (not charged), the other topics acked
+ * - unavailable: the first `at` messages acked, then the broker is gone
+ * `delayMs`: the call answers that much later (the broker appends at the call's start); an answer
+ * later than the send deadline is lost, as ProducerPublisher gives up: unavailable, nothing acked
+ */
+export interface Outcome {
+  kind: 'ack' | 'reject' | 'rejectPermanent' | 'backoff' | 'unavailable';
+  at: number;
+  delayMs: number;
+}
+
+export interface InvocationSpec {
+  /** which relay (its own postgres.js client, warm across invocations) */
+  relay: 0 | 1 | 2;
+  deadlineMs: number;
+  /** outcome of publish call k; calls past the list are acked */
+  publishes: Outcome[];
+}
+
+/**
+ * pg_terminate_backend of the relay client's backends (by application_name): of invocation `inv`'s
+ * relay (modulo the step's invocations), `afterMs` after the step began or `waitMs` into its publish
+ * call `publish` (the call waits until the client has seen the close; meanwhile the claim ahead,
+ * sent just before the publish, reaches the database). Target: one backend
+ * (`pick` modulo their count, by pid) among any, among those idle (not in a transaction), among
+ * those in a transaction, or among those that hold no advisory lock (not a batch transaction: idle,
+ * retention, the waiting marks); or the newest batch transaction (holding the aggregates' advisory
+ * locks: while a batch is sent, the claim ahead); or all of them.
+ */
+export interface Fault {
+  inv: number;
+  at: { afterMs: number } | { publish: number; waitMs?: number };
+  target: 'any' | 'idle' | 'intx' | 'all' | 'newestBatch' | 'notBatch';
+  pick: number;
+}
+
+export interface InvokeStep {
+  kind: 'invoke';
+  /** run concurrently, each on its own relay */
+  invocations: InvocationSpec[];
+  faults: Fault[];
+  /** producer and operator actions run `afterMs` after the step began, one after another, while the invocations run */
+  side: Array<{ afterMs: number; action: Action }>;
+}
+
+export type Step = Action | OperatorStep | InvokeStep;
+
+export interface Scenario {
+  /** the relay clients' pool size: the Runtime's 3 (two batch transactions and one for retention or the waiting marks), or 4 */
+  poolMax: 3 | 4;
+  batchSize: number;
+  maxAttempts: number;
+  backoffBaseMs: number;
+  /** OUTBOX_PARKED_POLICY at the start */
+  policy: ParkedPolicy;
+  steps: Step[];
+  /** the final phase's policy (it retries every parked row either way) */
+  finalPolicy: ParkedPolicy;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Printing
+
+function fmtOutcome(o: Outcome): string {
+  const what = o.kind === 'ack' ? 'ack' : o.kind === 'unavailable' ? `unavailable after ${o.at} acks` : `${o.kind}@${o.at}`;
+  return o.delayMs ? `${what} +${o.delayMs}ms` : what;
+}
+
+function fmtAction(a: Action | OperatorStep): string {
+  switch (a.kind) {
+    case 'insert':
+      return `insert ${a.agg}×${a.n} (${a.type})`;
+    case 'open':
+      return `tx${a.tx}: insert ${a.agg}×${a.n} (${a.type}), uncommitted`;
+    case 'commit':
+      return `tx${a.tx}: commit`;
+    case 'due':
+      return 'make backing-off rows due';
+    case 'notDue':
+      return `by hand: not due for an hour, attempts 0 (pending row #${a.pick})`;
+    case 'delete':
+      return `by hand: DELETE unsent row #${a.pick}`;
+    case 'skip':
+      return `parked skip (parked row #${a.pick})`;
+    case 'oldSent':
+      return `${a.n} rows sent two days ago in the sent table (retention's work)`;
+    case 'retry':
+      return a.pick === 'all' ? 'parked retry --all' : `parked retry (parked row #${a.pick})`;
+    case 'reset':
+      return `by hand: reset attempts, due, unparked (failed row #${a.pick})`;
+    case 'policy':
+      return `OUTBOX_PARKED_POLICY=${a.policy}`;
+  }
+}
+
+export function fmtStep(s: Step): string {
+  if (s.kind !== 'invoke') return fmtAction(s);
+  const invs = s.invocations.map((i) => `relay${i.relay} ${i.deadlineMs}ms [${i.publishes.map(fmtOutcome).join(', ') || 'ack all'}]`).join(' ‖ ');
+  const faults = s.faults.map((f) => `kill ${f.target === 'all' ? 'all' : `${f.target}#${f.pick}`} of inv${f.inv % s.invocations.length} ${'afterMs' in f.at ? `at +${f.at.afterMs}ms` : `at publish#${f.at.publish}${f.at.waitMs ? ` +${f.at.waitMs}ms` : ''}`}`);
+  const side = s.side.map((x) => `+${x.afterMs}ms ${fmtAction(x.action)}`);
+  return `invoke ${invs}${faults.length ? `; faults: ${faults.join(', ')}` : ''}${side.length ? `; meanwhile: ${side.join(', ')}` : ''}`;
+}
+
+export function fmtScenario(sc: Scenario): string {
+  const head = `pool ${sc.poolMax}, batch ${sc.batchSize}, max attempts ${sc.maxAttempts}, backoff ${sc.backoffBaseMs}ms, policy ${sc.policy}, final policy ${sc.finalPolicy}`;
+  return [head, ...sc.steps.map((s, i) => `  ${i + 1}. ${fmtStep(s)}`)].join('\n');
+}
+
+// ---------------------------------------------------------------------------------------------
+// The world: what the model knows
+
+interface RowInfo {
+  id: string;
+  seq: number;
+  agg: string;
+  label: string;
+  /** producer transaction that inserted it */
+  tx: number;
+  /** its place in commit order, once its transaction's COMMIT has returned */
+  commit?: number;
+}
+
+export class Violation extends Error {}
+
+/**
+ * What nobody could catch: an uncaught exception (postgres.js 3.4.9 throws one from its nextWrite
+ * when a statement is written to a connection whose socket has closed, porsager/postgres#1208) or
+ * an unhandled rejection (its fetchArrayTypes() on a new connection is not awaited by anyone). In
+ * Lambda either ends the process. The test file routes them here (process
+ * .setUncaughtExceptionCaptureCallback, an 'unhandledRejection' listener) so that the run that
+ * caused one fails, with its trace, and shrinks.
+ */
+const running: { world?: World } = {};
+export function uncaught(err: unknown, kind = 'an uncaught exception'): void {
+  const query = (err as { query?: unknown } | undefined)?.query;
+  const what = `crash: ${kind} would have killed the process: ${describeError(err)}${typeof query === 'string' ? `\n  (the statement: ${query.trim().slice(0, 300)})` : ''}`;
+  if (running.world) running.world.crashed(what);
+  else process.stderr.write(`${what} (between runs)\n`);
+}
+
+function describeError(err: unknown): string {
+  if (err instanceof Error) return err.stack ?? err.message;
+  return typeof err === 'string' ? err : JSON.stringify(err);
+}
+
+/** An invocation claimed past the hard cap: it spins. Thrown from the store's begin() to end it early. */
+class SpinError extends Error {}
+
+const logger = createLogger('error', {}, () => undefined);
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** r1 comes before r2 in the order G4 promises: it committed no later (or in the same transaction) and has the smaller seq */
+function precedes(r1: RowInfo, r2: { seq: number; tx?: number; commit?: number }): boolean {
+  if (r1.seq >= r2.seq) return false;
+  if (r1.tx === r2.tx) return true;
+  return r1.commit !== undefined && (r2.commit === undefined || r1.commit < r2.commit);
+}
+
+class ProducerTx {
+  readonly rows: RowInfo[] = [];
+  constructor(
+    readonly id: number,
+    readonly conn: ReservedSql,
+  ) {}
+}
+
+/** the application_name of every relay client this process created (terminateLeftovers) */
+const relayApps = new Set<string>();
+
+/**
+ * After the tests: end every backend still open for a relay client this process created. A client
+ * that postgres.js reopens a connection for after it was ended (see World.checkNoLeftovers) would
+ * otherwise keep the test process alive.
+ */
+export async function terminateLeftovers(admin: Sql): Promise<number> {
+  if (relayApps.size === 0) return 0;
+  const rows = await admin<{ ok: boolean }[]>`SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity WHERE application_name = ANY(${[...relayApps]})`;
+  return rows.length;
+}
+
+/** One relay: a postgres.js client built as src/runtime.ts builds it, warm across invocations. */
+class RelaySlot {
+  sql: Sql | undefined;
+  store: OutboxStore | undefined;
+  app = '';
+  /** a connection of the client closed (Runtime.connectionLost) */
+  lost = false;
+  private policy: ParkedPolicy | undefined;
+  private generation = 0;
+
+  constructor(
+    readonly index: number,
+    private readonly world: World,
+  ) {}
+
+  /** The Runtime's rule: the client is replaced after a connection closed or once its store is poisoned; a new policy is a redeploy. */
+  async ready(policy: ParkedPolicy): Promise<OutboxStore> {
+    if (this.sql && this.store && !this.lost && !this.store.poisoned && this.policy === policy) return this.store;
+    await this.close();
+    const app = `${this.world.tableName.name}_r${this.index}_${this.generation++}`;
+    relayApps.add(app);
+    const client: Sql = postgres(DATABASE_URL, {
+      max: this.world.poolMax,
+      prepare: true,
+      connect_timeout: 5,
+      idle_timeout: 0,
+      max_lifetime: null,
+      onclose: () => {
+        if (this.sql !== client) return;
+        this.lost = true;
+        this.store?.loseConnection();
+      },
+      connection: { application_name: app },
+      onnotice: () => undefined,
+    });
+    this.sql = client;
+    this.app = app;
+    this.lost = false;
+    this.policy = policy;
+    this.store = new OutboxStore(client, this.world.tableName, policy, { prepare: true, sentRows: 'keep' });
+    return this.store;
+  }
+
+  /** after an invocation: a client the Runtime would replace is closed now (its connections' transactions end) */
+  get broken(): boolean {
+    return this.sql !== undefined && (this.lost || this.store?.poisoned === true);
+  }
+
+  /**
+   * As Runtime.closeDatabase: the idle connections closed first (postgres.js's close(), not in its
+   * types: a connection that came back to an abandoned client after its end() is not seen by end()),
+   * then end() with a second for the rest.
+   */
+  async close(): Promise<void> {
+    const sql = this.sql;
+    this.sql = undefined;
+    this.store = undefined;
+    if (!sql) return;
+    const close = (sql as unknown as { close?: () => Promise<void> }).close;
+    if (typeof close === 'function') {
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([close.call(sql).catch(() => undefined), new Promise((r) => (timer = setTimeout(r, 1_000)))]);
+      clearTimeout(timer);
+    }
+    await sql.end({ timeout: 1 }).catch(() => undefined);
+  }
+}
+
+/** The store the loop gets: the real one, with its claims counted (one begin() per claim) and capped. */
+class CountingStore implements Store {
+  claims = 0;
+  constructor(
+    /** replaced when the Runtime would reconnect within the invocation (see invokeLikeRuntime) */
+    public inner: OutboxStore,
+    private readonly cap: number,
+  ) {}
+
+  /** the client can no longer commit a batch (read by the loop in versions whose Store port has it) */
+  get poisoned(): boolean {
+    return this.inner.poisoned;
+  }
+
+  begin(deadline: Deadline, after?: BatchTransaction): Promise<BatchTransaction> {
+    this.claims++;
+    if (this.claims > this.cap) return Promise.reject(new SpinError(`more than ${this.cap} claims in one invocation`));
+    return this.inner.begin(deadline, after);
+  }
+  nothingClaimable(deadline: Deadline): Promise<NothingClaimable> {
+    return this.inner.nothingClaimable(deadline);
+  }
+  clearStaleWaiting(deadline: Deadline): Promise<{ cleared: number; blocked: boolean }> {
+    return this.inner.clearStaleWaiting(deadline);
+  }
+  markWaiting(deadline: Deadline): Promise<number> {
+    return this.inner.markWaiting(deadline);
+  }
+  newestPending(deadline: Deadline): Promise<string | null> {
+    return this.inner.newestPending(deadline);
+  }
+  watchInserts(deadline: Deadline, on: { insert(): void; lost(err: unknown): void }): Promise<InsertWatch> {
+    return this.inner.watchInserts(deadline, on);
+  }
+  checkTables(deadline: Deadline): Promise<void> {
+    return this.inner.checkTables(deadline);
+  }
+  pruneChunk(what: PruneTarget, retainMs: number, limit: number, deadline: Deadline): Promise<number> {
+    return this.inner.pruneChunk(what, retainMs, limit, deadline);
+  }
+}
+
+interface InvocationResult {
+  index: number;
+  spec: InvocationSpec;
+  claims: number;
+  summary?: Summary;
+  error?: unknown;
+  /** a fault targeted its relay, or a side action took row locks beside it: it may fail (a DatabaseError) */
+  mayFail: boolean;
+  /** a fault targeted its relay: its time may have gone to a lost connection (and a reconnect: Runtime.closeDatabase waits up to 1 s) */
+  faulted: boolean;
+}
+
+const ACK: Outcome = { kind: 'ack', at: 0, delayMs: 0 };
+/** the aggregatetype of the rows `oldSent` puts in the sent table for retention (not the model's rows) */
+const OLD_SENT = 'model-old-sent';
+
+/** The fake publisher of one invocation. */
+class ModelPublisher implements Publisher {
+  readonly connects = 1;
+  private calls = 0;
+  constructor(
+    private readonly world: World,
+    private readonly inv: number,
+    private readonly spec: InvocationSpec,
+    private readonly policy: ParkedPolicy,
+    private readonly atPublish: (call: number) => Promise<void>,
+  ) {}
+
+  maxMessageBytes(): Promise<number> {
+    return Promise.resolve(1_000_000);
+  }
+
+  async publish(messages: OutboundMessage[], deadline: Deadline): Promise<PublishOutcome> {
+    const call = this.calls++;
+    await this.atPublish(call);
+    const o = this.spec.publishes[call] ?? ACK;
+    const outcome: PublishOutcome = { acked: [], rejected: [], backedOff: [] };
+    const appended: OutboundMessage[] = [];
+    const n = messages.length;
+    if (n === 0) {
+      // planBatch may leave nothing to send (every row waits); nothing reaches the broker
+    } else if (o.kind === 'unavailable') {
+      appended.push(...messages.slice(0, Math.min(o.at, n)));
+      outcome.unavailable = new BrokerUnavailableError('model: broker unavailable (connection refused)');
+    } else if (o.kind === 'reject' || o.kind === 'rejectPermanent') {
+      const bad = o.at % n;
+      const key = messages[bad]!.key;
+      for (const [j, m] of messages.entries()) {
+        if (j === bad) outcome.rejected.push({ seq: m.seq, error: new MessageRejectedError('model: INVALID_RECORD', o.kind === 'rejectPermanent') });
+        // the later messages of its key stay pending, uncharged, as ProducerPublisher leaves them
+        else if (!(j > bad && m.key === key)) appended.push(m);
+      }
+    } else if (o.kind === 'backoff') {
+      const topic = messages[o.at % n]!.topic;
+      outcome.backedOff.push({ topic, error: new MessageRejectedError(`model: UNKNOWN_TOPIC_OR_PARTITION (${topic})`) });
+      appended.push(...messages.filter((m) => m.topic !== topic));
+    } else {
+      appended.push(...messages);
+    }
+    outcome.acked = appended.map((m) => m.seq);
+    const rejected = outcome.rejected.map((r) => this.world.labelOfSeq(r.seq));
+    const labels = (ms: OutboundMessage[]) => ms.map((m) => this.world.label(m.headers.id!)).join(',');
+    this.world.log(
+      `inv${this.inv} publish#${call} [${labels(messages)}] → ${fmtOutcome(o)}: appended [${labels(appended)}]${rejected.length ? ` rejected [${rejected.join(',')}]` : ''}${outcome.backedOff.length ? ` topic backed off ${outcome.backedOff[0]!.topic}` : ''}`,
+    );
+    // the broker appends at once (G4 counts these copies); the answer comes delayMs later
+    await this.world.published(this.inv, appended, this.policy);
+    if (o.delayMs) {
+      const left = deadline.remaining();
+      if (o.delayMs >= left) {
+        // as ProducerPublisher: a send that outlasts its deadline is given up; the broker appended
+        // what it appended, the relay never hears of it (a lost answer: nothing may be marked)
+        await sleep(left);
+        this.world.log(`inv${this.inv} publish#${call}: no answer before the send deadline, the acks are lost`);
+        return { acked: [], rejected: [], backedOff: [], unavailable: new BrokerUnavailableError('model: the send did not finish before the deadline') };
+      }
+      await sleep(o.delayMs);
+    }
+    this.world.acknowledged(appended);
+    return outcome;
+  }
+
+  close(): Promise<void> {
+    return Promise.resolve();
+  }
+}
+
+export interface WorldOptions {
+  sql: Sql;
+  admin: Sql;
+  /** keep the table after the run (to look at it) */
+  keepTable?: boolean;
+  /** every run's scenario and trace are appended here (FC_TRACE=<file>) */
+  traceFile?: string;
+}
+
+export class World {
+  readonly tableName: TableName;
+  readonly poolMax: number;
+  readonly t: string;
+  readonly sentT: string;
+  private readonly rows = new Map<string, RowInfo>();
+  private readonly labelsBySeq = new Map<number, string>();
+  private readonly perAgg = new Map<string, number>();
+  /** every id the fake publisher reported acked to the relay (G1) */
+  private readonly acked = new Set<string>();
+  /** ids by their first publication, the first time the broker appended them (G4) */
+  private readonly firstAck = new Map<string, number>();
+  private readonly deleted = new Set<string>();
+  private readonly skipped = new Set<string>();
+  private readonly producers: Array<ProducerTx | undefined> = [undefined, undefined];
+  private readonly slots: RelaySlot[];
+  private commits = 0;
+  private txs = 0;
+  /** backends terminated so far */
+  private faults = 0;
+  private invocations = 0;
+  private policy: ParkedPolicy;
+  private readonly config: (policy: ParkedPolicy) => Config['outbox'];
+  private readonly violations: string[] = [];
+  private readonly trace: string[] = [];
+  private readonly started = Date.now();
+  private readonly sql: Sql;
+  private readonly admin: Sql;
+
+  constructor(
+    private readonly sc: Scenario,
+    private readonly opts: WorldOptions,
+  ) {
+    this.sql = opts.sql;
+    this.admin = opts.admin;
+    this.tableName = parseTableName(`mdl_${randomBytes(5).toString('hex')}`);
+    this.poolMax = sc.poolMax;
+    this.t = qualified(this.tableName);
+    this.sentT = qualified(sentTable(this.tableName));
+    this.policy = sc.policy;
+    this.slots = [0, 1, 2].map((i) => new RelaySlot(i, this));
+    this.config = (policy) =>
+      loadConfig({
+        DATABASE_URL,
+        KAFKA_BROKERS: '127.0.0.1:1',
+        OUTBOX_TABLE: this.tableName.name,
+        OUTBOX_BATCH_SIZE: String(sc.batchSize),
+        OUTBOX_MAX_ATTEMPTS: String(sc.maxAttempts),
+        OUTBOX_BACKOFF_BASE_MS: String(sc.backoffBaseMs),
+        OUTBOX_BACKOFF_MAX_MS: String(sc.backoffBaseMs * 4),
+        OUTBOX_PARKED_POLICY: policy,
+        OUTBOX_SAFETY_MARGIN_MS: '0',
+      }).outbox;
+  }
+
+  // --- bookkeeping --------------------------------------------------------------------------
+
+  log(line: string): void {
+    this.trace.push(`[+${Date.now() - this.started}ms] ${line}`);
+  }
+
+  label(id: string): string {
+    const r = this.rows.get(id);
+    return r ? r.label : `?${id.slice(0, 8)}`;
+  }
+
+  labelOfSeq(seq: string): string {
+    return this.labelsBySeq.get(Number(seq)) ?? `?seq${seq}`;
+  }
+
+  crashed(what: string): void {
+    this.fail(what);
+  }
+
+  private fail(what: string): void {
+    this.violations.push(what);
+    this.log(`VIOLATION ${what}`);
+  }
+
+  private throwIfViolated(): void {
+    if (this.violations.length === 0) return;
+    throw new Violation(`${this.violations.join('\n')}\n\nscenario:\n${fmtScenario(this.sc)}\n\ntrace (last 150 lines):\n${this.trace.slice(-150).join('\n')}`);
+  }
+
+  /** the publisher answered: these were acked (G1: only these may ever be marked sent) */
+  acknowledged(acked: OutboundMessage[]): void {
+    for (const m of acked) this.acked.add(m.headers.id!);
+  }
+
+  /**
+   * G4, at the moment of a first publication: every row of the aggregate before it in commit order
+   * (precedes) was published already, or is excused: deleted or skipped by an operator, or parked
+   * while the invocation's policy is `skip`. The excuse is read from the database now, after the
+   * claim that took the row: nothing that runs beside an invocation takes an excuse back.
+   */
+  async published(inv: number, appended: OutboundMessage[], policy: ParkedPolicy): Promise<void> {
+    const suspects: Array<{ row: { label: string; seq: number }; before: RowInfo[] }> = [];
+    for (const m of appended) {
+      const id = m.headers.id!;
+      if (this.firstAck.has(id)) continue;
+      const known = this.rows.get(id);
+      const row = known ?? { label: `?${id.slice(0, 8)}`, seq: Number(m.seq), agg: m.aggregateid };
+      if (!known) this.fail(`inv${inv} published ${row.label} (seq ${m.seq}), a row the model never inserted`);
+      const before = [...this.rows.values()].filter((r1) => r1.agg === m.aggregateid && r1.id !== id && !this.firstAck.has(r1.id) && precedes(r1, known ?? { seq: Number(m.seq) }));
+      this.firstAck.set(id, this.firstAck.size);
+      if (before.length) suspects.push({ row, before });
+    }
+    if (suspects.length === 0) return;
+    const ids = [...new Set(suspects.flatMap((s) => s.before.map((r) => r.id)))];
+    const inOutbox = new Map(
+      (
+        await this.sql.unsafe<{ id: string; parked: boolean; skipped: boolean; attempts: number; not_due: boolean; waiting: boolean }[]>(
+          `SELECT id::text, parked_at IS NOT NULL AS parked, skipped_at IS NOT NULL AS skipped, attempts, next_attempt_at > now() AS not_due, waiting FROM ${this.t} WHERE id = ANY($1::uuid[])`,
+          [ids],
+        )
+      ).map((r) => [r.id, r]),
+    );
+    const inSent = new Set((await this.sql.unsafe<{ id: string }[]>(`SELECT id::text FROM ${this.sentT} WHERE id = ANY($1::uuid[])`, [ids])).map((r) => r.id));
+    for (const { row, before } of suspects) {
+      for (const r1 of before) {
+        const s = inOutbox.get(r1.id);
+        if (inSent.has(r1.id)) {
+          this.fail(`G4: inv${inv} first published ${row.label} before ${r1.label}, which committed before it with a smaller seq and is in the sent table without ever being acked (G1)`);
+          continue;
+        }
+        if (!s) continue; // deleted by hand: may be passed
+        if (s.skipped) continue; // skipped by an operator: may be passed
+        if (s.parked && policy === 'skip') continue; // parked under skip: later rows pass it
+        const state = [s.parked ? 'parked' : 'pending', `attempts ${s.attempts}`, s.not_due ? 'not due' : 'due', s.waiting ? 'waiting' : 'not waiting'].join(', ');
+        this.fail(`G4: inv${inv} (policy ${policy}) first published ${row.label} (seq ${row.seq}) before ${r1.label} (seq ${r1.seq}), which committed before it and was never published: ${state}`);
+      }
+    }
+  }
+
+  // --- producers ----------------------------------------------------------------------------
+
+  private async producer(slot: number | undefined): Promise<ProducerTx> {
+    const existing = slot === undefined ? undefined : this.producers[slot];
+    if (existing) return existing;
+    const conn = await this.sql.reserve();
+    await conn`BEGIN`;
+    const tx = new ProducerTx(++this.txs, conn);
+    if (slot !== undefined) this.producers[slot] = tx;
+    return tx;
+  }
+
+  private async insertInto(tx: ProducerTx, agg: Agg, type: AggType, n: number): Promise<RowInfo[]> {
+    const rows = await tx.conn.unsafe<{ id: string; seq: string }[]>(
+      `INSERT INTO ${this.t} (aggregatetype, aggregateid, type, payload)
+       SELECT $1, $2, 'Happened', jsonb_build_object('n', g) FROM generate_series(1, $3::int) g ORDER BY g
+       RETURNING id::text, seq::text`,
+      [type, agg, n],
+    );
+    const out: RowInfo[] = [];
+    for (const r of [...rows].sort((x, y) => Number(x.seq) - Number(y.seq))) {
+      const k = (this.perAgg.get(agg) ?? 0) + 1;
+      this.perAgg.set(agg, k);
+      const info: RowInfo = { id: r.id, seq: Number(r.seq), agg, label: `${agg}${k}`, tx: tx.id };
+      this.rows.set(r.id, info);
+      this.labelsBySeq.set(info.seq, info.label);
+      tx.rows.push(info);
+      out.push(info);
+    }
+    return out;
+  }
+
+  private async commit(tx: ProducerTx): Promise<void> {
+    await tx.conn`COMMIT`;
+    const at = ++this.commits;
+    for (const r of tx.rows) r.commit = at;
+    tx.conn.release();
+  }
+
+  // --- operator actions -----------------------------------------------------------------------
+
+  /** unsent rows of the outbox matching `where`, by seq; one of them by `pick` */
+  private async pickRow(where: string, pick: number): Promise<string | undefined> {
+    const rows = await this.sql.unsafe<{ id: string }[]>(`SELECT id::text FROM ${this.t} WHERE sent_at IS NULL AND skipped_at IS NULL AND (${where}) ORDER BY seq`);
+    return rows.length ? rows[pick % rows.length]!.id : undefined;
+  }
+
+  async act(a: Action | OperatorStep): Promise<void> {
+    switch (a.kind) {
+      case 'insert': {
+        const tx = await this.producer(undefined);
+        const rows = await this.insertInto(tx, a.agg, a.type, a.n);
+        await this.commit(tx);
+        this.log(`inserted ${rows.map((r) => `${r.label}#${r.seq}`).join(',')} (${a.type}), committed`);
+        return;
+      }
+      case 'open': {
+        const tx = await this.producer(a.tx);
+        const rows = await this.insertInto(tx, a.agg, a.type, a.n);
+        this.log(`tx${a.tx} inserted ${rows.map((r) => `${r.label}#${r.seq}`).join(',')} (${a.type}), not committed`);
+        return;
+      }
+      case 'commit': {
+        const tx = this.producers[a.tx];
+        if (!tx) return;
+        this.producers[a.tx] = undefined;
+        await this.commit(tx);
+        this.log(`tx${a.tx} committed ${tx.rows.map((r) => r.label).join(',')}`);
+        return;
+      }
+      case 'due': {
+        const n = (await this.sql.unsafe(`UPDATE ${this.t} SET next_attempt_at = now() - interval '1 second' WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL AND attempts > 0 AND next_attempt_at > now()`)).count;
+        this.log(`made ${n} backing-off rows due`);
+        return;
+      }
+      case 'notDue': {
+        const id = await this.pickRow('parked_at IS NULL', a.pick);
+        if (!id) return;
+        await this.sql.unsafe(`UPDATE ${this.t} SET next_attempt_at = now() + interval '1 hour', attempts = 0 WHERE id = $1`, [id]);
+        this.log(`by hand: ${this.label(id)} not due for an hour, attempts 0`);
+        return;
+      }
+      case 'delete': {
+        const id = await this.pickRow('true', a.pick);
+        if (!id) return;
+        const gone = await this.sql.unsafe(`DELETE FROM ${this.t} WHERE id = $1 AND sent_at IS NULL RETURNING id`, [id]);
+        if (gone.count) this.deleted.add(id);
+        this.log(`by hand: DELETE ${this.label(id)}${gone.count ? '' : ' (gone already)'}`);
+        return;
+      }
+      case 'oldSent': {
+        await this.sql.unsafe(
+          `INSERT INTO ${this.sentT} (id, aggregatetype, aggregateid, type, payload, topic, headers, seq, created_at, sent_at, attempts)
+           SELECT gen_random_uuid(), $1, 'old-' || g, 'Old', '{}', NULL, NULL, -g, now() - interval '2 days', now() - interval '2 days', 0
+           FROM generate_series(1, $2::int) g`,
+          [OLD_SENT, a.n],
+        );
+        this.log(`${a.n} old sent rows for retention`);
+        return;
+      }
+      case 'skip': {
+        const id = await this.pickRow('parked_at IS NOT NULL', a.pick);
+        if (!id) return;
+        const ids = await skipParked(this.sql, this.tableName, [id], this.policy);
+        for (const s of ids) this.skipped.add(s);
+        this.log(`parked skip ${this.label(id)}: ${ids.length} skipped`);
+        return;
+      }
+      case 'retry': {
+        const id = a.pick === 'all' ? undefined : await this.pickRow('parked_at IS NOT NULL', a.pick);
+        if (a.pick !== 'all' && !id) return;
+        const ids = await retryParked(this.sql, this.tableName, id ? [id] : null, this.policy);
+        this.log(`parked retry ${a.pick === 'all' ? '--all' : this.label(id!)}: ${ids.map((x) => this.label(x)).join(',') || 'none'}`);
+        return;
+      }
+      case 'reset': {
+        const id = await this.pickRow('attempts > 0 OR parked_at IS NOT NULL', a.pick);
+        if (!id) return;
+        await this.sql.unsafe(`UPDATE ${this.t} SET attempts = 0, next_attempt_at = '-infinity', parked_at = NULL, last_error = NULL WHERE id = $1`, [id]);
+        this.log(`by hand: reset ${this.label(id)}`);
+        return;
+      }
+      case 'policy':
+        this.policy = a.policy;
+        this.log(`policy ${a.policy}`);
+        return;
+    }
+  }
+
+  // --- faults ---------------------------------------------------------------------------------
+
+  private async kill(slot: RelaySlot, target: Fault['target'], pick: number): Promise<void> {
+    if (!slot.sql) return;
+    const backends = await this.admin<{ pid: number; intx: boolean; batch: boolean; xact_start: Date | null }[]>`
+      SELECT a.pid, a.xact_start IS NOT NULL AS intx, a.xact_start,
+             EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = 'advisory' AND l.granted) AS batch
+      FROM pg_stat_activity a WHERE a.application_name = ${slot.app} ORDER BY a.pid`;
+    const newestBatch = backends.filter((b) => b.batch).sort((x, y) => (y.xact_start?.getTime() ?? 0) - (x.xact_start?.getTime() ?? 0))[0];
+    const pool =
+      target === 'idle' ? backends.filter((b) => !b.intx)
+      : target === 'intx' ? backends.filter((b) => b.intx)
+      : target === 'notBatch' ? backends.filter((b) => !b.batch)
+      : target === 'newestBatch' ? (newestBatch ? [newestBatch] : [])
+      : backends;
+    const victims = target === 'all' ? pool : pool.length ? [pool[pick % pool.length]!] : [];
+    if (victims.length === 0) {
+      this.log(`kill ${target} of relay${slot.index}: no such backend (of ${backends.length})`);
+      return;
+    }
+    this.faults++;
+    for (const v of victims) await this.admin`SELECT pg_terminate_backend(${v.pid})`;
+    this.log(`killed ${victims.map((v) => `${v.pid}${v.batch ? ' (a batch transaction)' : v.intx ? ' (in a transaction)' : ' (idle)'}`).join(', ')} of relay${slot.index}'s ${backends.length} backends`);
+    // let the client see the close (onclose → OutboxStore.loseConnection), as it would before its next statement
+    for (let i = 0; i < 40 && !slot.lost && slot.sql; i++) await sleep(5);
+  }
+
+  // --- invocations ----------------------------------------------------------------------------
+
+  /** the hard cap on claims per invocation: far above what the work can need (see InvocationResult checks) */
+  private claimCap(): number {
+    return 100 + 6 * this.rows.size;
+  }
+
+  async invoke(step: InvokeStep, strict = false): Promise<InvocationResult[]> {
+    const t0 = Date.now();
+    const n = step.invocations.length;
+    const lockingSide = step.side.some((s) => !['insert', 'open', 'commit', 'oldSent'].includes(s.action.kind));
+    const runs = await Promise.all(
+      step.invocations.map(async (spec, index) => {
+        const slot = this.slots[spec.relay]!;
+        const store = new CountingStore(await slot.ready(this.policy), this.claimCap());
+        const faults = step.faults.filter((f) => f.inv % n === index);
+        const atPublish = async (call: number) => {
+          for (const f of faults) {
+            if (!('publish' in f.at) || f.at.publish !== call) continue;
+            if (f.at.waitMs) await sleep(f.at.waitMs);
+            await this.kill(slot, f.target, f.pick);
+          }
+        };
+        return { spec, index, slot, store, faulted: faults.length > 0, mayFail: faults.length > 0 || lockingSide, publisher: new ModelPublisher(this, this.invocations + index, spec, this.policy, atPublish) };
+      }),
+    );
+    const first = this.invocations;
+    this.invocations += n;
+    const config = this.config(this.policy);
+    this.log(`step: ${fmtStep(step)}`);
+    const results = runs.map(async (r): Promise<InvocationResult> => {
+      const deadline = new Deadline(Date.now() + r.spec.deadlineMs);
+      let reconnected = false;
+      for (;;) {
+        try {
+          const summary = await runInvocation({ store: r.store, publisher: r.publisher, config, logger, random: () => 0.5 }, deadline);
+          return { index: r.index, spec: r.spec, claims: r.store.claims, summary, mayFail: r.mayFail, faulted: r.faulted };
+        } catch (error) {
+          const summary = (error as { summary?: Summary }).summary;
+          // src/runtime.ts (Runtime.invoke): a connection found closed before anything was claimed
+          // or published is reconnected once, with a new client, within the same deadline
+          if (!reconnected && error instanceof DatabaseError && (isConnectionLost(error.cause) || r.slot.lost) && summary?.batches === 0 && summary.published === 0) {
+            this.log(`inv${first + r.index} (relay${r.spec.relay}): ${error.message}; reconnecting once, as the Runtime does`);
+            reconnected = true;
+            await r.slot.close();
+            r.store.inner = await r.slot.ready(this.policy);
+            continue;
+          }
+          return { index: r.index, spec: r.spec, claims: r.store.claims, error, summary, mayFail: r.mayFail, faulted: r.faulted };
+        }
+      }
+    });
+    const side = (async () => {
+      for (const s of step.side) {
+        const wait = t0 + s.afterMs - Date.now();
+        if (wait > 0) await sleep(wait);
+        try {
+          await this.act(s.action);
+        } catch (err) {
+          // beside the relay an operator's statement may deadlock with a batch or time out: that is theirs to retry
+          this.log(`side action ${fmtAction(s.action)} failed: ${(err as Error).message}`);
+        }
+      }
+    })();
+    const timed = step.faults
+      .filter((f) => 'afterMs' in f.at)
+      .map(async (f) => {
+        await sleep((f.at as { afterMs: number }).afterMs);
+        await this.kill(runs[f.inv % n]!.slot, f.target, f.pick);
+      });
+    const done = await Promise.all(results);
+    await side;
+    await Promise.all(timed);
+    for (const r of done) {
+      const s = r.summary;
+      const what = s ? `published ${s.published}, retried ${s.retried}, parked ${s.parked}, batches ${s.batches}, heldBack ${s.heldBack}, stopped ${s.stoppedBecause}, ${s.durationMs}ms` : 'no summary';
+      this.log(`inv${first + r.index} (relay${r.spec.relay}) ${r.error ? `FAILED (${(r.error as Error).message}); ` : ''}${what}; claims ${r.claims}`);
+    }
+    this.checkInvocations(done, first, strict);
+    // the Runtime replaces a broken client before its next invocation; close it now, so that its
+    // abandoned transactions end before the operator's next statement (nothing else uses it)
+    for (const slot of this.slots) if (slot.broken) await slot.close();
+    await this.checkNoOpenTransactions(done.filter((r) => !this.slots[r.spec.relay]!.broken && this.slots[r.spec.relay]!.sql));
+    return done;
+  }
+
+  /**
+   * Per invocation:
+   * - it fails only with the relay's own typed errors, and only when a fault hit its relay or an
+   *   operator's statement ran beside it (strict: never);
+   * - it does not spin: no more claims than its work explains (2 per batch: the claim ahead that
+   *   came back empty, then a fresh one; 2 per row held back; 3 for the start and the empty claim
+   *   at the end; and 2 per batch of the invocations beside it, whose commits can make a held
+   *   row claimable again one batch later), and, unless a fault hit its relay, it never ends
+   *   for want of budget without having sent a single batch.
+   */
+  private checkInvocations(done: InvocationResult[], first: number, strict: boolean): void {
+    for (const r of done) {
+      const name = `inv${first + r.index} (relay${r.spec.relay}, ${r.spec.deadlineMs}ms)`;
+      if (r.error instanceof SpinError) {
+        this.fail(`spin: ${name} claimed more than ${this.claimCap()} times (batches ${r.summary?.batches ?? '?'}, heldBack ${r.summary?.heldBack ?? '?'}) and was stopped`);
+        continue;
+      }
+      if (r.error !== undefined) {
+        if (!(r.error instanceof RelayError)) this.fail(`${name} failed with an untyped error: ${describeError(r.error)}`);
+        else if (strict || !r.mayFail) this.fail(`${name} failed without a fault or a concurrent operator statement: ${r.error.message}`);
+      }
+      const s = r.summary;
+      if (!s) continue;
+      const peers = done.filter((o) => o !== r).reduce((sum, o) => sum + (o.summary?.batches ?? 0), 0);
+      const bound = 2 * (s.batches + s.heldBack) + 3 + 2 * peers;
+      if (r.claims > bound) this.fail(`spin: ${name} claimed ${r.claims} times for ${s.batches} batches and ${s.heldBack} rows held back (bound ${bound}), stopped ${s.stoppedBecause}`);
+      if (s.batches === 0 && s.stoppedBecause === 'budget' && !r.faulted) this.fail(`spin: ${name} sent no batch and stopped for want of budget (claims ${r.claims}, heldBack ${s.heldBack})`);
+    }
+  }
+
+  /**
+   * G7: once an invocation has returned, a client that was not abandoned holds no transaction open
+   * between statements (a statement still running, such as postgres.js's own fetch of the array
+   * types on a connection it opened late, is not a transaction left behind).
+   */
+  private async checkNoOpenTransactions(done: InvocationResult[]): Promise<void> {
+    const apps = [...new Set(done.map((r) => this.slots[r.spec.relay]!.app))];
+    if (apps.length === 0) return;
+    const open = await this.admin<{ app: string; pid: number; state: string; query: string }[]>`
+      SELECT application_name AS app, pid, state, left(query, 120) AS query FROM pg_stat_activity WHERE application_name = ANY(${apps}) AND state LIKE 'idle in transaction%'`;
+    for (const o of open) this.fail(`G7: after its invocations returned, ${o.app} (not abandoned) still has backend ${o.pid} in a transaction (${o.state}: ${o.query.replace(/\s+/g, ' ')})`);
+  }
+
+  // --- checks after every step ----------------------------------------------------------------
+
+  /**
+   * G1: every row in the sent table was acked by the publisher, once; no row is both sent and
+   * unsent. Nothing vanished: every committed row is in the outbox, in the sent table, or was
+   * deleted by hand.
+   */
+  async checkTables(): Promise<void> {
+    const sent = await this.sql.unsafe<{ id: string }[]>(`SELECT id::text FROM ${this.sentT} WHERE aggregatetype <> $1`, [OLD_SENT]);
+    const outbox = new Set((await this.sql.unsafe<{ id: string }[]>(`SELECT id::text FROM ${this.t}`)).map((r) => r.id));
+    const sentIds = new Set<string>();
+    for (const { id } of sent) {
+      if (!this.acked.has(id)) this.fail(`G1: ${this.label(id)} is in the sent table but was never acked`);
+      if (sentIds.has(id)) this.fail(`G1: ${this.label(id)} is in the sent table twice`);
+      if (outbox.has(id)) this.fail(`G1: ${this.label(id)} is in the sent table and still in the outbox`);
+      sentIds.add(id);
+    }
+    for (const r of this.rows.values()) {
+      if (r.commit === undefined) continue;
+      if (!outbox.has(r.id) && !sentIds.has(r.id) && !this.deleted.has(r.id)) this.fail(`lost: ${r.label} (seq ${r.seq}) is neither in the outbox nor in the sent table, and nobody deleted it`);
+    }
+    this.throwIfViolated();
+  }
+
+  // --- a whole run ----------------------------------------------------------------------------
+
+  async run(): Promise<void> {
+    await migrate(this.sql, this.tableName);
+    running.world = this;
+    try {
+      for (const step of this.sc.steps) {
+        if (step.kind === 'invoke') await this.invoke(step);
+        else {
+          this.log(`step: ${fmtStep(step)}`);
+          await this.act(step);
+        }
+        await this.checkTables();
+      }
+      await this.finalPhase();
+    } finally {
+      await this.cleanup();
+      running.world = undefined;
+      if (this.opts.traceFile) appendFileSync(this.opts.traceFile, `\n=== ${this.tableName.name}\n${fmtScenario(this.sc)}\n${this.trace.join('\n')}\n`);
+    }
+    // a crash while the last clients closed
+    this.throwIfViolated();
+  }
+
+  /**
+   * After the faults stop: producers commit, every parked row is retried, every row is made due,
+   * the publisher acks everything, one relay runs invocations one after another. Every committed
+   * row that nobody deleted or skipped by hand must be in the sent table within rows + 5
+   * invocations, each of which must not fail or spin.
+   */
+  private async finalPhase(): Promise<void> {
+    this.log('final phase');
+    for (const tx of [0, 1] as const) await this.act({ kind: 'commit', tx });
+    await this.act({ kind: 'policy', policy: this.sc.finalPolicy });
+    await this.act({ kind: 'retry', pick: 'all' });
+    const live = [...this.rows.values()].filter((r) => r.commit !== undefined && !this.deleted.has(r.id) && !this.skipped.has(r.id));
+    const budget = live.length + 5;
+    for (let k = 0; k < budget; k++) {
+      const due = await this.sql.unsafe(`UPDATE ${this.t} SET next_attempt_at = now() - interval '1 second' WHERE sent_at IS NULL AND skipped_at IS NULL AND next_attempt_at > now()`);
+      if (due.count) this.log(`made ${due.count} rows due`);
+      await this.invoke({ kind: 'invoke', invocations: [{ relay: 0, deadlineMs: 2_000, publishes: [] }], faults: [], side: [] }, true);
+      await this.checkTables();
+      const sent = new Set((await this.sql.unsafe<{ id: string }[]>(`SELECT id::text FROM ${this.sentT}`)).map((r) => r.id));
+      if (live.every((r) => sent.has(r.id))) return;
+    }
+    const left = await this.sql.unsafe<{ id: string; attempts: number; parked: boolean; not_due: boolean; waiting: boolean }[]>(
+      `SELECT id::text, attempts, parked_at IS NOT NULL AS parked, next_attempt_at > now() AS not_due, waiting FROM ${this.t} WHERE sent_at IS NULL AND skipped_at IS NULL ORDER BY seq`,
+    );
+    this.fail(`liveness: after ${budget} invocations without faults, these rows are still not sent: ${left.map((r) => `${this.label(r.id)} (attempts ${r.attempts}${r.parked ? ', parked' : ''}${r.not_due ? ', not due' : ''}${r.waiting ? ', waiting' : ''})`).join('; ')}`);
+    this.throwIfViolated();
+  }
+
+  private async cleanup(): Promise<void> {
+    for (const tx of this.producers) {
+      if (!tx) continue;
+      await tx.conn`ROLLBACK`.catch(() => undefined);
+      tx.conn.release();
+    }
+    for (const slot of this.slots) await slot.close();
+    if (!this.opts.keepTable) await dropOutbox(this.sql, this.tableName).catch(() => undefined);
+    await this.checkNoLeftovers();
+  }
+
+  /**
+   * Every relay client of the run has been ended (by the Runtime's rule, by the store abandoning it,
+   * or at the run's end): none of them may still have a backend. postgres.js can open a connection
+   * for a client after its end() (a reconnect it had scheduled for a queued statement), which then
+   * stays open, idle, for good: a backend leaked per abandoned client. Found ones are terminated.
+   */
+  private async checkNoLeftovers(): Promise<void> {
+    const apps = [...relayApps].filter((a) => a.startsWith(`${this.tableName.name}_r`));
+    if (apps.length === 0) return;
+    // a reconnect postgres.js had scheduled runs within a few event-loop turns after a kill
+    if (this.faults > 0) await sleep(150);
+    const left = await this.admin<{ pid: number; app: string; state: string }[]>`
+      SELECT pid, application_name AS app, state FROM pg_stat_activity WHERE application_name = ANY(${apps})`;
+    if (left.length === 0) return;
+    this.fail(`leak: ${left.length} backend(s) of relay clients that were ended are still open: ${left.map((l) => `${l.app} pid ${l.pid} (${l.state})`).join(', ')}`);
+    for (const l of left) await this.admin`SELECT pg_terminate_backend(${l.pid})`;
+  }
+}
+
+/** Run one scenario against a fresh table; throws a Violation that prints the scenario and the trace. */
+export async function runScenario(sc: Scenario, opts: WorldOptions): Promise<void> {
+  await new World(sc, opts).run();
+}
