@@ -19,7 +19,7 @@ run_tests() {
 }
 run_tests 'test/unit/**/*.test.ts'
 
-client_independent='/(claim-plan|services\.smoke|services\.status|kafka-proxy|package|partitions|lambda-runtime|pooler)\.test\.ts$'
+client_independent='/(claim-plan|transactions|services\.smoke|services\.status|kafka-proxy|package|partitions|lambda-runtime|pooler)\.test\.ts$'
 status=0
 echo "# integration tests, OUTBOX_KAFKA_CLIENT=kafkajs (every file)"
 TEST_KAFKA_CLIENT=kafkajs run_tests --test-concurrency=1 --test-timeout=600000 'test/integration/**/*.test.ts' || status=$?

@@ -225,6 +225,9 @@ export class OutboxStore implements Store {
     if (this.poisoned) throw new DatabaseError(`the database client was abandoned (a connection closed or a statement missed the deadline) before ${what}; the next invocation goes on`);
   }
 
+  /** a statement lost its race with the deadline (bounded): what the batch's later statements report */
+  missedDeadline = false;
+
   /** set by abandon(): the client's end, under way */
   private ended: Promise<void> | undefined;
 
@@ -355,6 +358,7 @@ export class OutboxStore implements Store {
       return await deadline.race(what, query as Promise<T>, () => {
         const cancel = (query as { cancel?: () => void }).cancel;
         if (typeof cancel === 'function') cancel.call(query);
+        this.missedDeadline = true;
         this.abandon();
       });
     } catch (err) {
@@ -390,7 +394,9 @@ export class BatchTx implements BatchTransaction {
     // A PendingQuery is sent only when awaited: rejecting here means it never reaches the socket.
     // On a client abandoned (ended) a reserved connection's statement would never be answered.
     if (this.store.poisoned) {
-      const why = this.store.connectionLost ? 'a database connection closed during the invocation (terminated by the server, failover or network)' : 'the database client was abandoned (a statement or a rollback missed its time)';
+      // the cause, as the statement itself would have met it: the invocation's failure names it
+      if (!this.store.connectionLost && this.store.missedDeadline) return Promise.reject(new DeadlineExceededError(what));
+      const why = this.store.connectionLost ? 'a database connection closed during the invocation (terminated by the server, failover or network)' : 'the database client was abandoned (a rollback was not answered in time)';
       return Promise.reject(new DatabaseError(`${why} before ${what}; the batch is abandoned and its rows stay pending`));
     }
     return this.store.bounded(this.deadline, what, query);
