@@ -37,6 +37,16 @@ async function until(what: string, check: () => Promise<boolean>, timeoutMs = 10
   }
 }
 
+/** No backend of the relay's client is left on the server. */
+async function backendsGone(appName: string): Promise<boolean> {
+  const [a] = await admin<{ n: number }[]>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = ${appName}`;
+  return a!.n === 0;
+}
+
+async function count(table: string): Promise<number> {
+  return (await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${table}`))[0]!.n;
+}
+
 describe('G1/G7: a transaction is ended by the server, never by forgetting it', () => {
   // The library behaviour the relay guards against. If an upgrade of postgres.js changes it (a
   // released connection rolled back, or refused), this test says so, and OutboxStore.abandon may
@@ -92,10 +102,7 @@ describe('G1/G7: a transaction is ended by the server, never by forgetting it', 
       const [moved] = await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${sent}`);
       assert.equal(moved!.n, 0, 'no row reached the sent table');
       assert.equal(pruning, 'refused', 'retention does not run on a client known bad');
-      await until('no backend of the relay is left in a transaction', async () => {
-        const [a] = await admin<{ n: number }[]>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = ${appName}`;
-        return a!.n === 0;
-      });
+      await until('no backend of the relay is left in a transaction', () => backendsGone(appName));
       const locked = await sql.begin(async (x) => x.unsafe<{ seq: string }[]>(`SELECT seq FROM ${t} FOR UPDATE NOWAIT`));
       assert.equal(locked.length, 2, 'both rows pending and lockable at once');
     } finally {
@@ -134,14 +141,9 @@ describe('G1/G7: a transaction is ended by the server, never by forgetting it', 
       if (pid) process.kill(pid, 'SIGCONT');
       await client.end({ timeout: 1 }).catch(() => undefined);
     }
-    await until('the server ended the relay backend', async () => {
-      const [a] = await admin<{ n: number }[]>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = ${appName}`;
-      return a!.n === 0;
-    });
-    const [moved] = await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${sent}`);
-    assert.equal(moved!.n, 0, 'no row reached the sent table');
-    const [pending] = await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${t}`);
-    assert.equal(pending!.n, 2, 'both rows still pending');
+    await until('the server ended the relay backend', () => backendsGone(appName));
+    assert.equal(await count(sent), 0, 'no row reached the sent table');
+    assert.equal(await count(t), 2, 'both rows still pending');
   });
 
   it('G5: a failure at the deadline with both of the invocation\'s transactions unanswerable (the batch and the claim ahead, their backends stopped) ends within the safety margin: one short grace, then the client is ended', { timeout: 60_000 }, async () => {
@@ -177,13 +179,8 @@ describe('G1/G7: a transaction is ended by the server, never by forgetting it', 
       for (const pid of pids) process.kill(pid, 'SIGCONT');
       await client.end({ timeout: 1 }).catch(() => undefined);
     }
-    await until('the server ended both backends', async () => {
-      const [a] = await admin<{ n: number }[]>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = ${appName}`;
-      return a!.n === 0;
-    });
-    const [moved] = await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${sent}`);
-    assert.equal(moved!.n, 0, 'no row reached the sent table');
-    const [pending] = await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${t}`);
-    assert.equal(pending!.n, 2);
+    await until('the server ended both backends', () => backendsGone(appName));
+    assert.equal(await count(sent), 0, 'no row reached the sent table');
+    assert.equal(await count(t), 2);
   });
 });
