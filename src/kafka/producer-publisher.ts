@@ -63,9 +63,15 @@ interface ProducerSlot {
 
 type PartResult = 'continue' | 'stop';
 
+/** A connect under way, shared by the sends that wait for it; abandoned when one of them gives up at its deadline. */
+interface Connecting {
+  done: Promise<ProducerSlot>;
+  abandoned: boolean;
+}
+
 export class ProducerPublisher implements Publisher {
   private slot: ProducerSlot | undefined;
-  private connecting: Promise<ProducerSlot> | undefined;
+  private connecting: Connecting | undefined;
   /** the broker refused our credentials on a send: the next connect reads the secret again first */
   private refreshCredentials = false;
   private readonly limits = new Map<string, number>();
@@ -81,8 +87,43 @@ export class ProducerPublisher implements Publisher {
   /** The producer every new send uses; connects one when there is none (first use, or the last was retired). */
   private async current(deadline: Deadline): Promise<ProducerSlot> {
     if (this.slot) return this.slot;
-    this.connecting ??= this.connect().finally(() => (this.connecting = undefined));
-    return deadline.race('connecting to Kafka', this.connecting);
+    const attempt = (this.connecting ??= this.startConnect());
+    try {
+      return await deadline.race('connecting to Kafka', attempt.done);
+    } catch (err) {
+      // A connect that outlives its invocation is never handed to the next one (a warm container):
+      // begun while the broker was away (paused, partitioned), kafkajs can finish it with a broker
+      // object that is connected but was never initialised, and answers every send with "Broker not
+      // connected". It is closed when it finishes; the next invocation connects afresh.
+      attempt.abandoned = true;
+      if (this.connecting === attempt) this.connecting = undefined;
+      throw err;
+    }
+  }
+
+  private startConnect(): Connecting {
+    const attempt: Connecting = { abandoned: false, done: Promise.resolve(undefined as never) };
+    const settled = () => {
+      if (this.connecting === attempt) this.connecting = undefined;
+    };
+    attempt.done = this.connect().then(
+      (slot) => {
+        settled();
+        // abandoned at a deadline, or close() was called meanwhile: disposed of, never used
+        if (attempt.abandoned || this.closed) {
+          this.dispose(slot);
+          throw new DeadlineExceededError('connecting to Kafka');
+        }
+        this.slot = slot;
+        return slot;
+      },
+      (err: unknown) => {
+        settled();
+        throw err;
+      },
+    );
+    attempt.done.catch(noop);
+    return attempt;
   }
 
   private async connect(): Promise<ProducerSlot> {
@@ -102,10 +143,7 @@ export class ProducerPublisher implements Publisher {
       }
       this.refreshCredentials = false;
       this.connects++;
-      const slot: ProducerSlot = { producer, inFlight: 0, retired: false, disposed: false };
-      // closed meanwhile: close() disposes of this one; it must not become the current producer
-      if (!this.closed) this.slot = slot;
-      return slot;
+      return { producer, inFlight: 0, retired: false, disposed: false };
     }
   }
 
@@ -261,9 +299,8 @@ export class ProducerPublisher implements Publisher {
 
   async close(): Promise<void> {
     this.closed = true;
-    // A connect abandoned at a deadline (a frozen broker) may still succeed later: its producer is
-    // closed then, or it would hold a connection, and the process, open forever.
-    void this.connecting?.then((late) => this.dispose(late), noop);
+    // a connect still under way disposes of its producer when it finishes (startConnect), or it
+    // would hold a connection, and the process, open forever
     const slot = this.slot;
     this.slot = undefined;
     if (!slot) return;

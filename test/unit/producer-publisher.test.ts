@@ -1,0 +1,94 @@
+// The publisher's own state across invocations of a warm container (pure logic: a fake client
+// whose connects and sends the test settles by hand). What the real clients do with a broker that
+// is paused is tested against one in linger.test.ts and failures.test.ts.
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { Deadline } from '../../src/budget.ts';
+import { loadConfig } from '../../src/config.ts';
+import { DeadlineExceededError } from '../../src/errors.ts';
+import type { OutboundMessage } from '../../src/kafka/message.ts';
+import { ProducerPublisher, type ClientProducer, type KafkaClient } from '../../src/kafka/producer-publisher.ts';
+import { createLogger } from '../../src/log.ts';
+
+const config = loadConfig({ DATABASE_URL: 'postgres://u:p@127.0.0.1:5432/db', KAFKA_BROKERS: '127.0.0.1:9092', OUTBOX_MAX_MESSAGE_BYTES: '100000' });
+
+class FakeProducer implements ClientProducer {
+  sent = 0;
+  closed = false;
+  constructor(readonly id: number) {}
+  send(_topic: string, messages: OutboundMessage[]): Promise<void> {
+    this.sent += messages.length;
+    return Promise.resolve();
+  }
+  topicConfig(): Promise<string | undefined> {
+    return Promise.resolve(undefined);
+  }
+  close(): Promise<void> {
+    this.closed = true;
+    return Promise.resolve();
+  }
+}
+
+/** connect() calls wait until the test settles them */
+class HandConnectedClient implements KafkaClient {
+  readonly pending: Array<{ producer: FakeProducer; give: () => void }> = [];
+  async connect(): Promise<ClientProducer> {
+    const producer = new FakeProducer(this.pending.length + 1);
+    return new Promise((resolve) => this.pending.push({ producer, give: () => resolve(producer) }));
+  }
+}
+
+const message: OutboundMessage = { seq: '1', aggregateid: 'a', topic: 'orders', key: 'a', value: '{}', headers: {} };
+
+function publisher(client: KafkaClient): ProducerPublisher {
+  return new ProducerPublisher({ kafka: config.kafka, maxMessageBytes: config.outbox.maxMessageBytes, logger: createLogger('error', {}, () => undefined) }, client);
+}
+
+describe('ProducerPublisher in a warm container', () => {
+  it('a connect that outlived its invocation (the broker was paused) is closed when it finishes, never used by the next invocation', async () => {
+    const client = new HandConnectedClient();
+    const pub = publisher(client);
+    const first = await pub.publish([message], new Deadline(Date.now() + 30));
+    assert.ok(first.unavailable instanceof DeadlineExceededError, `the first invocation gives up at its deadline: ${String(first.unavailable)}`);
+    // the broker comes back: the abandoned connect finishes after its invocation ended
+    client.pending[0]!.give();
+    await new Promise((r) => setImmediate(r));
+
+    const next = pub.publish([message], new Deadline(Date.now() + 5_000));
+    await new Promise((r) => setImmediate(r));
+    assert.equal(client.pending.length, 2, 'the next invocation connects a producer of its own');
+    client.pending[1]!.give();
+    const outcome = await next;
+    assert.deepEqual(outcome.acked, ['1']);
+    const [late, fresh] = client.pending.map((p) => p.producer);
+    assert.equal(late!.sent, 0, 'nothing is sent on the late producer');
+    assert.ok(late!.closed, 'the late producer is closed');
+    assert.equal(fresh!.sent, 1);
+    assert.equal(pub.connects, 2);
+  });
+
+  it('sends of one invocation waiting for the same connect share it', async () => {
+    const client = new HandConnectedClient();
+    const pub = publisher(client);
+    const deadline = new Deadline(Date.now() + 5_000);
+    const both = pub.publish([message, { ...message, seq: '2', topic: 'payments' }], deadline);
+    await new Promise((r) => setImmediate(r));
+    assert.equal(client.pending.length, 1, 'one connect for both topics');
+    client.pending[0]!.give();
+    assert.deepEqual((await both).acked.sort(), ['1', '2']);
+    assert.equal(client.pending[0]!.producer.sent, 2);
+  });
+
+  it('a connect under way when the publisher is closed is closed when it finishes', async () => {
+    const client = new HandConnectedClient();
+    const pub = publisher(client);
+    const sending = pub.publish([message], new Deadline(Date.now() + 5_000));
+    await new Promise((r) => setImmediate(r));
+    await pub.close();
+    client.pending[0]!.give();
+    const outcome = await sending;
+    assert.ok(outcome.unavailable, 'the send does not go out on a closed publisher');
+    assert.ok(client.pending[0]!.producer.closed);
+    assert.equal(client.pending[0]!.producer.sent, 0);
+  });
+});
