@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every test, services included: starts (or reuses) the local services, then runs unit and
+# Every test, services included: starts (or reuses) the local services, then runs unit, model and
 # integration tests with node's built-in runner. Integration files run one at a time because
 # some of them stop, pause or kill the shared broker and database connections on purpose.
 #
@@ -19,8 +19,12 @@ run_tests() {
 }
 run_tests 'test/unit/**/*.test.ts'
 
-client_independent='/(claim-plan|transactions|services\.smoke|services\.status|kafka-proxy|package|partitions|lambda-runtime|pooler)\.test\.ts$'
 status=0
+# the model-based test of the claim/mark SQL: Postgres only, generated scenarios (~2 min)
+echo '# model-based test of the claim and mark SQL on Postgres'
+run_tests 'test/model/**/*.test.ts' || status=$?
+
+client_independent='/(claim-plan|transactions|services\.smoke|services\.status|kafka-proxy|package|partitions|lambda-runtime|pooler)\.test\.ts$'
 echo "# integration tests, OUTBOX_KAFKA_CLIENT=kafkajs (every file)"
 TEST_KAFKA_CLIENT=kafkajs run_tests --test-concurrency=1 --test-timeout=600000 'test/integration/**/*.test.ts' || status=$?
 # the second client runs even when the first failed: a failure is then known to be one client's or both's

@@ -305,7 +305,8 @@ class Invocation {
     // The client was abandoned since this batch was claimed (the claim ahead, while the batch
     // before it was committed): the server has rolled its transaction back, so its rows are no
     // longer ours, and a publish would be a second batch sent again by the next invocation (G2).
-    if (this.deps.store.poisoned) throw new DatabaseError('the database client was abandoned (a connection closed, or a statement missed its time) before this batch was published; its rows stay pending');
+    const unusable = this.deps.store.unusable('publishing a batch claimed ahead');
+    if (unusable) throw unusable;
     const sent = await this.deps.publisher.publish(plan.messages, sendBy);
     return { ...sent, rejected: [...plan.rejected, ...sent.rejected] };
   }

@@ -9,7 +9,8 @@ import { createPublisher } from './kafka/clients.ts';
 import type { Publisher } from './kafka/publisher.ts';
 import type { Logger } from './log.ts';
 import { backlog, type Backlog } from './outbox/admin.ts';
-import { OutboxStore, endClient, isAuthError, type StoreOptions, isConnectionLost, wrapDbError } from './outbox/store.ts';
+import { CLIENT_OPTIONS, endClient } from './outbox/client.ts';
+import { OutboxStore, isAuthError, type StoreOptions, isConnectionLost, wrapDbError } from './outbox/store.ts';
 import { runInvocation, type Summary } from './relay.ts';
 import { databaseUrlFromSecret, kafkaCredentialsFromSecret, SecretsManagerSource, type SecretSource } from './secrets.ts';
 
@@ -97,6 +98,7 @@ export class Runtime {
   private connect(url: string, prepare: boolean): Sql {
     const db = this.config.database;
     const client: Sql = postgres(url, {
+      ...CLIENT_OPTIONS,
       // two batch transactions overlap (claim next while publishing current) + one for prune/status
       max: 3,
       prepare,

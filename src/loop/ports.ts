@@ -67,9 +67,10 @@ export interface Store {
   /**
    * The client can no longer commit a batch: a connection closed, or a statement or a rollback
    * missed its time, and the client is (being) ended, its open transactions rolled back by the
-   * server (OutboxStore.abandon). Nothing claimed on it is published any more.
+   * server (OutboxStore.abandon). Nothing claimed on it is published any more: this says why, as
+   * the error `what` fails with; undefined while the client is usable.
    */
-  readonly poisoned: boolean;
+  unusable(what: string): Error | undefined;
   /** Open a batch transaction; `after`: a transaction whose COMMIT is on the wire, to follow on its connection. */
   begin(deadline: Deadline, after?: BatchTransaction): Promise<BatchTransaction>;
   nothingClaimable(deadline: Deadline): Promise<NothingClaimable>;

@@ -310,11 +310,12 @@ SELECT current_user AS role, quote_ident(current_user) AS role_ident,
        has_table_privilege(r.sent, 'DELETE') AS sent_delete,
        r.migrations::text AS migrations_table,
        has_table_privilege(r.migrations, 'SELECT') AS migrations_readable,
-       CASE WHEN has_table_privilege(r.migrations, 'SELECT') THEN ARRAY(
+       -- json: the relay's client parses no array type (src/outbox/client.ts)
+       CASE WHEN has_table_privilege(r.migrations, 'SELECT') THEN to_json(ARRAY(
          SELECT v[1]::int FROM regexp_matches(
            query_to_xml(format('SELECT version FROM %s WHERE target = %L ORDER BY version', r.migrations, r.target), false, false, '')::text,
            '<version>(\\d+)</version>', 'g') AS v
-       ) END AS versions
+       )) END AS versions
 FROM rel r`;
 }
 

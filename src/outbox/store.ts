@@ -9,6 +9,7 @@ import { DatabaseError, DeadlineExceededError } from '../errors.ts';
 import { socketsFlushed } from '../event-loop.ts';
 import type { BatchTransaction, ClaimFilter, ClaimedRow, InsertWatch, NothingClaimable, PruneTarget, Store } from '../loop/ports.ts';
 import type { Failure } from '../loop/settlement.ts';
+import { endClient } from './client.ts';
 import { assertSchema, type SchemaFacts } from './schema-check.ts';
 import * as q from './sql.ts';
 import { notifyChannel, qualified, quoteIdent, sentTable, type TableName } from './identifier.ts';
@@ -66,6 +67,9 @@ export const BATCH_PLANNER_SETTINGS: ReadonlyArray<readonly [string, string]> = 
 
 /** the batch transaction's timeouts ($1-$3) and planner settings, local to it (true) */
 const BATCH_SETTINGS_SQL = `SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $2, true), set_config('idle_in_transaction_session_timeout', $3, true), ${BATCH_PLANNER_SETTINGS.map((_, i) => `set_config($${4 + 2 * i}, $${5 + 2 * i}, true)`).join(', ')}`;
+
+/** a chore's timeouts (OutboxStore.chore): statement, lock, idle in transaction */
+const CHORE_SETTINGS_SQL = `SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $2, true), set_config('idle_in_transaction_session_timeout', $3, true)`;
 
 export class OutboxStore implements Store {
   readonly table: string;
@@ -138,17 +142,42 @@ export class OutboxStore implements Store {
   async begin(deadline: Deadline, after?: BatchTransaction): Promise<BatchTx> {
     const handed = after instanceof BatchTx ? after.handOver() : undefined;
     const conn = handed ?? (await this.reserve(deadline));
-    const tx = new BatchTx(this, conn, deadline);
     const stmtMs = String(Math.max(1, deadline.remaining()));
     // the transaction may sit idle while the batch is on its way to Kafka; never past the deadline
     const idleMs = String(Math.max(1, deadline.remaining() + 1_000));
-    tx.opened = Promise.all([
-      tx.run('BEGIN', conn`BEGIN`),
-      tx.run('setting timeouts', conn.unsafe(BATCH_SETTINGS_SQL, [stmtMs, stmtMs, idleMs, ...BATCH_PLANNER_SETTINGS.flat()], this.prepared)),
-    ]).then(() => undefined);
+    return this.open(conn, deadline, BATCH_SETTINGS_SQL, [stmtMs, stmtMs, idleMs, ...BATCH_PLANNER_SETTINGS.flat()]);
+  }
+
+  /** BEGIN and the transaction's settings, in flight ahead of its first statement. */
+  private open(conn: ReservedSql, deadline: Deadline, settingsSql: string, settings: string[]): BatchTx {
+    const tx = new BatchTx(this, conn, deadline);
+    tx.opened = Promise.all([tx.run('BEGIN', conn`BEGIN`), tx.run('setting timeouts', conn.unsafe(settingsSql, settings, this.prepared))]).then(() => undefined);
     // awaited by the first statement that needs the transaction; never an unhandled rejection
     tx.opened.catch(() => undefined);
     return tx;
+  }
+
+  /**
+   * A short transaction of the relay's own chores beside the loop (a retention chunk, a waiting-mark
+   * pass), on a connection of its own and ended as a batch's is (BatchTx): a statement never goes
+   * out on a client known bad, and a connection whose end the server did not confirm is never
+   * released, the client is ended instead. Not postgres.js' sql.begin: after a failure it sends its
+   * ROLLBACK whatever the connection's state, and on a closed one that write crashes the process
+   * (3.4.9, porsager/postgres#1208: an uncaught TypeError in nextWrite).
+   */
+  private async chore<T>(deadline: Deadline, what: string, lockTimeoutMs: number, work: (tx: BatchTx) => Promise<T>): Promise<T> {
+    this.assertUsable(what);
+    const stmtMs = String(Math.max(1, deadline.remaining()));
+    const idleMs = String(Math.max(1, deadline.remaining() + 1_000));
+    const tx = this.open(await this.reserve(deadline), deadline, CHORE_SETTINGS_SQL, [stmtMs, String(lockTimeoutMs), idleMs]);
+    try {
+      const result = await work(tx);
+      await tx.commit(what);
+      return result;
+    } catch (err) {
+      await tx.rollback();
+      throw err;
+    }
   }
 
   /**
@@ -163,6 +192,19 @@ export class OutboxStore implements Store {
   private async reserve(deadline: Deadline): Promise<ReservedSql> {
     const what = 'reserving a database connection';
     if (this.poisoned) throw wrapDbError(connectionClosed(this.connectionLost ? 'a connection of the database client had closed' : 'the database client was abandoned'), what);
+    // postgres.js 3.4.9 never answers a reserve() that opens a new connection of a client that does
+    // not fetch array types (CLIENT_OPTIONS; porsager/postgres#751): every connection of the client
+    // is opened with a statement first, once. A connection that closes ends the client (abandon),
+    // so no reserve meets a connection opened later.
+    // A failure is tried again by the next reserve (a full server, say, may have room later).
+    if (!this.connectionsOpened) {
+      const opening = Promise.all(Array.from({ length: this.sql.options.max }, () => this.sql`SELECT 1`));
+      this.connectionsOpened = opening;
+      opening.catch(() => {
+        if (this.connectionsOpened === opening) this.connectionsOpened = undefined;
+      });
+    }
+    await this.bounded(deadline, 'opening the database connections', this.connectionsOpened);
     let fail!: (err: Error) => void;
     const lost = new Promise<never>((_, reject) => {
       fail = reject;
@@ -220,14 +262,29 @@ export class OutboxStore implements Store {
     this.ended ??= endClient(this.sql);
   }
 
+  /**
+   * Why nothing more may run on this client, as the error `what` reports: undefined while it may.
+   * The cause the invocation fails with is the first one met (a closed connection, a statement
+   * past the deadline), not the refusals that follow it.
+   */
+  unusable(what: string): Error | undefined {
+    if (!this.poisoned) return undefined;
+    if (this.connectionLost) return new DatabaseError(`a database connection closed during the invocation (terminated by the server, failover or network) before ${what}; the rows it held stay pending`);
+    if (this.missedDeadline) return new DeadlineExceededError(what);
+    return new DatabaseError(`the database client was abandoned (a rollback or commit was not answered in time) before ${what}; the rows it held stay pending`);
+  }
+
   /** The pool's own transactions (retention, the waiting marks) never run on a client known bad. */
   private assertUsable(what: string): void {
-    if (this.poisoned) throw new DatabaseError(`the database client was abandoned (a connection closed or a statement missed the deadline) before ${what}; the next invocation goes on`);
+    const unusable = this.unusable(what);
+    if (unusable) throw unusable;
   }
 
   /** a statement lost its race with the deadline (bounded): what the batch's later statements report */
   missedDeadline = false;
 
+  /** every connection of the client opened (reserve) */
+  private connectionsOpened: Promise<unknown> | undefined;
   /** set by abandon(): the client's end, under way */
   private ended: Promise<void> | undefined;
 
@@ -259,13 +316,9 @@ export class OutboxStore implements Store {
    * means nothing older is left there.
    */
   async pruneChunk(what: PruneTarget, retainMs: number, limit: number, deadline: Deadline): Promise<number> {
-    this.assertUsable('pruning');
-    const stmtMs = String(Math.max(1, deadline.remaining()));
-    const deleted = this.sql.begin(async (tx) => {
-      await tx`SELECT set_config('statement_timeout', ${stmtMs}, true)`;
-      return (await tx.unsafe(this.pruneText[what], [retainMs, limit], this.prepared)).count;
-    });
-    return this.bounded(deadline, `pruning ${what === 'skipped' ? 'skipped' : 'sent'} rows`, deleted);
+    const doing = `pruning ${what === 'skipped' ? 'skipped' : 'sent'} rows`;
+    // lock_timeout as long as the statement's: a sent row nothing else locks
+    return this.chore(deadline, doing, Math.max(1, deadline.remaining()), async (tx) => (await tx.query(doing, this.pruneText[what], [retainMs, limit])).count);
   }
 
   /**
@@ -279,7 +332,7 @@ export class OutboxStore implements Store {
   async clearStaleWaiting(deadline: Deadline): Promise<{ cleared: number; blocked: boolean }> {
     const [work] = await this.bounded(deadline, 'looking for waiting marks to tidy', this.sql.unsafe<{ waiting: boolean; blocked: boolean }[]>(this.waitingWorkText, [], this.prepared));
     if (!work?.waiting) return { cleared: 0, blocked: work?.blocked ?? false };
-    const cleared = await this.tidyChunk(deadline, async (tx) => (await tx.unsafe(this.unwaitText, [null])).count);
+    const cleared = await this.tidyChunk(deadline, async (tx) => (await tx.query('clearing stale waiting marks', this.unwaitText, [null])).count);
     return { cleared, blocked: work.blocked };
   }
 
@@ -290,21 +343,15 @@ export class OutboxStore implements Store {
   async markWaiting(deadline: Deadline): Promise<number> {
     let marked = 0;
     for (;;) {
-      const n = await this.tidyChunk(deadline, async (tx) => (await tx.unsafe(this.markWaitingText, [null, MARK_WAITING_CHUNK])).count);
+      const n = await this.tidyChunk(deadline, async (tx) => (await tx.query('marking waiting rows', this.markWaitingText, [null, MARK_WAITING_CHUNK])).count);
       marked += n;
       if (n < MARK_WAITING_CHUNK) return marked;
     }
   }
 
-  private tidyChunk<T>(deadline: Deadline, work: (tx: postgres.TransactionSql) => Promise<T>): Promise<T> {
-    this.assertUsable('tidying the waiting marks');
-    const stmtMs = String(Math.max(1, deadline.remaining()));
-    const done = this.sql.begin(async (tx) => {
-      // lock_timeout: a row an application holds is not worth waiting for (SKIP LOCKED covers most)
-      await tx`SELECT set_config('statement_timeout', ${stmtMs}, true), set_config('lock_timeout', '1000', true)`;
-      return work(tx);
-    });
-    return this.bounded(deadline, 'tidying the waiting marks', done as Promise<T>);
+  private tidyChunk<T>(deadline: Deadline, work: (tx: BatchTx) => Promise<T>): Promise<T> {
+    // lock_timeout: a row an application holds is not worth waiting for (SKIP LOCKED covers most)
+    return this.chore(deadline, 'tidying the waiting marks', 1_000, work);
   }
 
   async newestPending(deadline: Deadline): Promise<string | null> {
@@ -393,12 +440,8 @@ export class BatchTx implements BatchTransaction {
   run<T>(what: string, query: Promise<T> | PendingQuery<Row[]>): Promise<T> {
     // A PendingQuery is sent only when awaited: rejecting here means it never reaches the socket.
     // On a client abandoned (ended) a reserved connection's statement would never be answered.
-    if (this.store.poisoned) {
-      // the cause, as the statement itself would have met it: the invocation's failure names it
-      if (!this.store.connectionLost && this.store.missedDeadline) return Promise.reject(new DeadlineExceededError(what));
-      const why = this.store.connectionLost ? 'a database connection closed during the invocation (terminated by the server, failover or network)' : 'the database client was abandoned (a rollback was not answered in time)';
-      return Promise.reject(new DatabaseError(`${why} before ${what}; the batch is abandoned and its rows stay pending`));
-    }
+    const unusable = this.store.unusable(what);
+    if (unusable) return Promise.reject(unusable);
     return this.store.bounded(this.deadline, what, query);
   }
 
@@ -480,6 +523,25 @@ export class BatchTx implements BatchTransaction {
     this.state = 'committing';
     await socketsFlushed();
     return { answer };
+  }
+
+  /** One statement of the transaction, after its BEGIN (a chore's: OutboxStore.chore). */
+  async query<T extends Row[]>(what: string, text: string, params: Array<string | number | null>): Promise<postgres.RowList<T>> {
+    await this.opened;
+    return this.run(what, this.conn.unsafe<T>(text, params, this.store.prepared));
+  }
+
+  /** COMMIT and wait for its answer (a chore's end: OutboxStore.chore). */
+  async commit(what: string): Promise<void> {
+    try {
+      await this.run(what, this.conn`COMMIT`);
+    } catch (err) {
+      // answered (an error), the server has ended the transaction; unanswered, maybe not
+      if (this.store.poisoned) this.endUnconfirmed();
+      else this.end();
+      throw err;
+    }
+    this.end();
   }
 
   /** The connection, for the next batch's transaction, while this one's COMMIT is on the wire; once. */
@@ -597,30 +659,6 @@ export class BatchTx implements BatchTransaction {
       clearTimeout(timer);
     }
   }
-}
-
-/**
- * End a client for good: end() (a second for the connections to finish, then closed), and then,
- * for 25 s, its idle connections closed every 250 ms. postgres.js 3.4.9 reconnects a closed
- * connection that had a wait queued (porsager/postgres#1195) even after end(): its reconnect timer
- * outlives terminate(), and end() does not see the connection that comes back, which would stay
- * open for good (and keep a CLI or test process alive). Its backoff stays under 20 s. The sweep's
- * timers do not keep the process alive themselves.
- */
-export async function endClient(sql: Sql): Promise<void> {
-  await sql.end({ timeout: 1 }).catch(() => undefined);
-  sweepReconnects(sql, Date.now() + 25_000);
-}
-
-function sweepReconnects(sql: Sql, until: number): void {
-  setTimeout(() => {
-    // `close` is in postgres.js 3.4.9 but not in its types: it ends every idle connection
-    const closing = (sql as unknown as { close(): Promise<void> }).close().catch(() => undefined);
-    const bounded = new Promise((r) => setTimeout(r, 1_000).unref());
-    void Promise.race([closing, bounded]).then(() => {
-      if (Date.now() < until) sweepReconnects(sql, until);
-    });
-  }, 250).unref();
 }
 
 /** seq values are int8 as decimal strings without sign or leading zeros: shorter is smaller */

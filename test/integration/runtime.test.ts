@@ -2,6 +2,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Sql } from 'postgres';
+import { Deadline } from '../../src/budget.ts';
 import { loadConfig } from '../../src/config.ts';
 import { enqueue } from '../../src/enqueue.ts';
 import { createLogger } from '../../src/log.ts';
@@ -9,7 +10,7 @@ import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
 import { loadMigrations, migrate } from '../../src/outbox/migrate.ts';
 import { heldGapsSql } from '../../src/outbox/sql.ts';
 import { Runtime } from '../../src/runtime.ts';
-import { consumeAll, counts, createTopics, db, fixture, insertEvents, markedIds, sentTableOf, startCli, uniqueName } from './helpers.ts';
+import { DATABASE_URL, consumeAll, counts, createTopics, db, fixture, insertEvents, markedIds, sentTableOf, startCli, uniqueName } from './helpers.ts';
 
 let sql: Sql;
 before(() => {
@@ -43,6 +44,38 @@ describe('warm invocations', () => {
       assert.equal((await consumeAll([f.topic('order')], 4)).length, 4);
     } finally {
       await rt.close();
+    }
+  });
+});
+
+describe('the relay\'s database client', () => {
+  it('sends array parameters without asking the server for its array types, and reserves connections on a cold client: awkward text, uuids, int8 and int4 arrive intact, prepared or not', async () => {
+    const awkward = ['plain', 'with "quotes"', 'back\\slash', 'a,b', '{braces}', 'NULL', '', ' spaced ', 'ünïcødé ✓', "it's"];
+    const uuid = '0b5f1a8e-6a39-4a55-9d0e-2f6a1c3e4b7d';
+    for (const prepare of ['true', 'false']) {
+      const rt = new Runtime(loadConfig({ DATABASE_URL, KAFKA_BROKERS: '127.0.0.1:9092', DATABASE_PREPARE: prepare }), createLogger('warn'));
+      try {
+        const client = await rt.database();
+        const [row] = await client.unsafe<{ texts: string[]; ids: string[]; seqs: string; ints: number[] }[]>(
+          'SELECT array_to_json($1::text[]) AS texts, array_to_json($2::uuid[]) AS ids, array_to_json($3::bigint[])::text AS seqs, array_to_json($4::int[]) AS ints',
+          [awkward, [uuid], ['9007199254740993', '1'], [0, 1]],
+          { prepare: prepare === 'true' },
+        );
+        assert.deepEqual(row!.texts, awkward, `prepare=${prepare}`);
+        assert.deepEqual(row!.ids, [uuid]);
+        assert.equal(row!.seqs, '[9007199254740993,1]', 'int8 beyond 2^53 kept exactly');
+        assert.deepEqual(row!.ints, [0, 1]);
+        const [empty] = await client.unsafe<{ n: number }[]>('SELECT cardinality($1::text[]) AS n', [[]]);
+        assert.equal(empty!.n, 0);
+        // three batch transactions at once on a client that has opened no connection for them:
+        // every reserve is answered (postgres.js strands one that opens a connection, see reserve)
+        const store = await rt.outboxStore();
+        const deadline = new Deadline(Date.now() + 10_000);
+        const txs = await Promise.all([store.begin(deadline), store.begin(deadline), store.begin(deadline)]);
+        await Promise.all(txs.map((tx) => tx.rollback()));
+      } finally {
+        await rt.close();
+      }
     }
   });
 });

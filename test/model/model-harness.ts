@@ -19,6 +19,7 @@ import type { BatchTransaction, InsertWatch, NothingClaimable, PruneTarget, Stor
 import { retryParked, skipParked } from '../../src/outbox/admin.ts';
 import { parseTableName, qualified, sentTable, type TableName } from '../../src/outbox/identifier.ts';
 import { dropOutbox, migrate } from '../../src/outbox/migrate.ts';
+import { CLIENT_OPTIONS } from '../../src/outbox/client.ts';
 import { OutboxStore, isConnectionLost } from '../../src/outbox/store.ts';
 import { runInvocation, type Summary } from '../../src/relay.ts';
 
@@ -276,6 +277,7 @@ class RelaySlot {
     const app = `${this.world.tableName.name}_r${this.index}_${this.generation++}`;
     relayApps.add(app);
     const client: Sql = postgres(DATABASE_URL, {
+      ...CLIENT_OPTIONS,
       max: this.world.poolMax,
       prepare: true,
       connect_timeout: 5,
@@ -331,9 +333,9 @@ class CountingStore implements Store {
     private readonly cap: number,
   ) {}
 
-  /** the client can no longer commit a batch (read by the loop in versions whose Store port has it) */
-  get poisoned(): boolean {
-    return this.inner.poisoned;
+  /** the client can no longer commit a batch, and why (read by the loop in versions whose Store port has it) */
+  unusable(what: string): Error | undefined {
+    return this.inner.unusable(what);
   }
 
   begin(deadline: Deadline, after?: BatchTransaction): Promise<BatchTransaction> {

@@ -130,10 +130,10 @@ async function run(sc: Scenario, unconfirmedEnd = UNCONFIRMED_END): Promise<{ wo
   const t0 = performance.now();
   const store = new FakeStore(world, unconfirmedEnd);
   // before 3583737 the loop did not look at the client's state before publishing a batch claimed
-  // ahead (Store.poisoned): the 'release' mirror hides it from the loop, as the code then was
+  // ahead (Store.unusable): the 'release' mirror hides it from the loop, as the code then was
   const loopStore = unconfirmedEnd === 'release' ? new Proxy(store, {
           get: (target, key) => {
-            if (key === 'poisoned') return false;
+            if (key === 'unusable') return () => undefined;
             const value = Reflect.get(target, key, target) as unknown;
             return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
           },

@@ -586,6 +586,12 @@ export class FakeStore implements Store {
     return race(deadline, what, send(), () => (this.poisoned = true));
   }
 
+  /** OutboxStore.unusable: the cause a poisoned client's refusals report */
+  unusable(what: string): Error | undefined {
+    if (!this.poisoned) return undefined;
+    return this.connectionLost ? new DatabaseError(`a database connection closed before ${what}`) : new DeadlineExceededError(what);
+  }
+
   /** OutboxStore.loseConnection (and what Runtime's onclose does before calling it) */
   loseConnection(): void {
     this.connectionLost = this.poisoned = true;

@@ -1,0 +1,59 @@
+// How the relay's postgres.js clients are built and ended: the parts every client the relay
+// opens shares (the Runtime's, the model test's).
+import type { Options, Sql } from 'postgres';
+
+/**
+ * A Postgres array literal of the values, each element quoted (Postgres' array input syntax:
+ * backslash and double quote escaped). The SQL casts the parameter ($1::bigint[]), so one text
+ * form serves every element type the relay sends.
+ */
+export function arrayLiteral(values: unknown): string {
+  if (!Array.isArray(values)) return String(values);
+  return `{${values.map((v) => (v === null || v === undefined ? 'NULL' : `"${String(v).replace(/[\\"]/g, (c) => `\\${c}`)}"`)).join(',')}}`;
+}
+
+// the array types the relay's statements take as parameters, by their built-in OIDs (element types int8, text, uuid, int4)
+const ARRAY_OIDS = { int8: 1016, text: 1009, uuid: 2951, int4: 1007 } as const;
+
+/**
+ * The options every relay client shares. fetch_types off: by default postgres.js asks each new
+ * connection for the server's array types before its first statement (~10 KB, a round trip), and
+ * 3.4.9 leaves that query's failure unhandled (connection.js: ReadyForQuery returns
+ * fetchArrayTypes() to nobody), so a connection closed during it crashed the process with an
+ * unhandled rejection. The array types the relay sends are built in, with fixed OIDs: their
+ * serializers are given here instead. No statement of the relay reads an array column back (one
+ * would arrive as text): they return json. The price: postgres.js then never answers a reserve()
+ * that opens a connection (porsager/postgres#751), so OutboxStore opens its client's connections
+ * before its first reserve.
+ */
+export const CLIENT_OPTIONS: Pick<Options<Record<string, never>>, 'fetch_types' | 'types'> = {
+  fetch_types: false,
+  // typed as no custom types: they only serialize parameters, and a client typed with them would
+  // be another Sql type everywhere, for helpers (sql.typed.*) the relay does not use
+  types: Object.fromEntries(Object.entries(ARRAY_OIDS).map(([name, oid]) => [`${name}_array`, { to: oid, from: [], serialize: arrayLiteral, parse: (x: string) => x }])) as unknown as Record<string, never>,
+};
+
+/**
+ * End a client for good: end() (a second for the connections to finish, then closed), and then,
+ * for 25 s, its idle connections closed every 250 ms. postgres.js 3.4.9 reconnects a closed
+ * connection that had a wait queued (porsager/postgres#1195) even after end(): its reconnect timer
+ * outlives terminate(), and end() does not see the connection that comes back, which would stay
+ * open for good (and keep a CLI or test process alive). Its backoff stays under 20 s. The sweep's
+ * timers do not keep the process alive themselves.
+ */
+export async function endClient(sql: Sql): Promise<void> {
+  await sql.end({ timeout: 1 }).catch(() => undefined);
+  sweepReconnects(sql, Date.now() + 25_000);
+}
+
+function sweepReconnects(sql: Sql, until: number): void {
+  setTimeout(() => {
+    // `close` is in postgres.js 3.4.9 but not in its types: it ends every idle connection
+    const closing = (sql as unknown as { close(): Promise<void> }).close().catch(() => undefined);
+    const bounded = new Promise((r) => setTimeout(r, 1_000).unref());
+    void Promise.race([closing, bounded]).then(() => {
+      if (Date.now() < until) sweepReconnects(sql, until);
+    });
+  }, 250).unref();
+}
+
