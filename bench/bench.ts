@@ -54,7 +54,7 @@ const { values } = parseArgs({
     backlog: { type: 'string', default: '4' },
     producers: { type: 'string', default: '2' },
     // --only sustained: the ways of recording sent rows to compare, in this order (keep, delete,
-    // mark-in-place: the UPDATE of versions before migration 005)
+    // mark-in-place: the UPDATE of pre-release versions, before the sent table,)
     'sent-rows': { type: 'string', default: 'keep' },
     // --only burst: rows in the burst, empty claims timed per state
     'burst-events': { type: 'string', default: '200000' },

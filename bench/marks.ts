@@ -34,7 +34,7 @@ interface Option {
 const OPTIONS: Option[] = [
   {
     label: 'mark in place (UPDATE sent_at)',
-    why: 'keep mode before migration 005',
+    why: 'keep mode before the sent table',
     mark: (t) => q.markInPlaceSql(t),
     prune: ['legacy-sent'],
   },
@@ -90,7 +90,7 @@ async function lifeOf(ctx: MarksBenchContext, o: Option, run: number): Promise<R
   const sent = qualified(sentTable(parseTableName(table)));
   if (o.setup) await ctx.sql.unsafe(o.setup(sent));
   await ctx.sql.unsafe(`ALTER TABLE ${t} SET (autovacuum_enabled = false); ALTER TABLE ${sent} SET (autovacuum_enabled = false)`);
-  const claim = q.claimSql(t, 'hold');
+  const claim = q.claimStatement(t, 'hold', ctx.batch, { aggregates: [], inFlight: [], topics: [], topicTemplate: 'bench' }, table);
   const mark = o.mark(t, sent);
   const out = {} as Record<Phase, Cost>;
   out['claim+mark'] = await measure(ctx, async () => {
@@ -98,7 +98,7 @@ async function lifeOf(ctx: MarksBenchContext, o: Option, run: number): Promise<R
     for (;;) {
       const n = await ctx.sql.begin(async (tx) => {
         await tx`SELECT set_config('plan_cache_mode', 'force_custom_plan', true)`;
-        const rows = await tx.unsafe<{ seq: string; publishable: boolean }[]>(claim, [ctx.batch, table, [], [], 'bench', []]);
+        const rows = await tx.unsafe<{ seq: string; publishable: boolean }[]>(claim.text, claim.params as never[]);
         const ok = rows.filter((r) => r.publishable).map((r) => r.seq);
         if (ok.length) await tx.unsafe(mark, [ok]);
         return ok.length;

@@ -48,8 +48,8 @@ export interface SustainedOptions {
   producers: number;
   /**
    * the ways of recording sent rows to run, each a baseline and a main run of its own, in this
-   * order (--sent-rows keep,mark-in-place: the move against the in-place mark of versions before
-   * migration 005, in one run, since the machine's speed drifts by the hour)
+   * order (--sent-rows keep,mark-in-place: the move against the in-place mark of pre-release
+   * versions, in one run, since the machine's speed drifts by the hour)
    */
   sentRows: SentRowsMode[];
 }
@@ -176,7 +176,7 @@ async function sample(ctx: RetentionBenchContext, table: string, sentRows: SentR
   const started = performance.now();
   const [p] = await ctx.sql.unsafe<{ pending: string }[]>(`SELECT count(*) AS pending FROM ${t} WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL`);
   const scanMs = performance.now() - started;
-  // the outbox and its sent table (migration 005) together: rows, dead tuples, sizes are sums.
+  // the outbox and its sent table (the sent table) together: rows, dead tuples, sizes are sums.
   // Sent rows are in the sent table, or in the outbox itself when marked in place; only retention
   // deletes where they are, so that table's n_tup_del is what retention pruned.
   const kept = sentRows === 'mark-in-place' ? t : sent;

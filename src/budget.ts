@@ -1,7 +1,45 @@
-// Deadline arithmetic. The deadline is fixed once per invocation from the Lambda context;
-// every await in the loop is raced against it so a hung broker or database cannot make the
-// invocation outlive its Lambda timeout (guarantee G5).
+// The invocation's time budget (guarantee G5). The deadline is fixed once per invocation from the
+// Lambda context, and every await in the loop is raced against it, so a hung broker or database
+// cannot make the invocation outlive its Lambda timeout. Within it, the loop starts a batch only
+// when the batch is expected to finish (BatchBudget). Every number of the rule is in BUDGET.
 import { DeadlineExceededError } from './errors.ts';
+
+/**
+ * The budget's numbers, together. Each says where it is applied; none is configurable except the
+ * safety margin (OUTBOX_SAFETY_MARGIN_MS, whose default this is).
+ */
+export const BUDGET = {
+  /**
+   * OUTBOX_SAFETY_MARGIN_MS's default (config.ts): the deadline is this long before the Lambda
+   * timeout. Failures end inside it (a rollback's grace), and the backlog metrics are read in it.
+   */
+  safetyMarginMs: 3_000,
+  /**
+   * Time kept after a batch's sends for marking and committing what was acked: sends give up this
+   * long before the deadline (BatchBudget.sendBy), and a batch starts only if it fits before that.
+   */
+  markReserveMs: 500,
+  /** ...and at most 1/this (a quarter) of what is left: a nearly spent budget still goes mostly to the sends (BatchBudget.sendBy). */
+  markReserveDivisor: 4,
+  /** A batch starts only if this many of the slowest recent batch, and markReserveMs, still fit (BatchBudget.fits). */
+  batchesReserved: 2,
+  /** The next batch is claimed ahead, while this one is published, only if this many batches fit (BatchBudget.fitsClaimAhead). */
+  batchesClaimedAhead: 2,
+  /** No batch is expected to take less than this (BatchTimer). */
+  batchFloorMs: 50,
+  /** The slowest batch's weight one batch later: one slow batch keeps the loop cautious for a few (BatchTimer). */
+  slowBatchDecay: 0.8,
+  /**
+   * How long a ROLLBACK may take past the deadline before its connection is given up
+   * (src/outbox/store.ts, BatchTx.deadlineFree): what the deadline leaves, within these bounds.
+   */
+  rollbackGraceMs: { min: 250, max: 2_000 },
+  /**
+   * A batch transaction's idle_in_transaction_session_timeout is the time left plus this
+   * (src/outbox/store.ts, OutboxStore.begin and .chore); its statement_timeout is the time left.
+   */
+  idleInTransactionPastDeadlineMs: 1_000,
+} as const;
 
 export class Deadline {
   constructor(
@@ -63,12 +101,57 @@ export class Deadline {
 /** Moving estimate of how long one batch takes, so the loop stops before starting one it cannot finish. */
 export class BatchTimer {
   private worst = 0;
-  constructor(private readonly floorMs = 50) {}
+  constructor(private readonly floorMs: number = BUDGET.batchFloorMs) {}
   record(ms: number): void {
     // decay slowly: one slow batch should keep us cautious for a few batches
-    this.worst = Math.max(ms, this.worst * 0.8);
+    this.worst = Math.max(ms, this.worst * BUDGET.slowBatchDecay);
   }
   expected(): number {
     return Math.max(this.floorMs, this.worst);
+  }
+}
+
+/** The loop's budget rule, asked by the invocation (src/relay.ts) before each batch and each send. */
+export class BatchBudget {
+  private readonly timer = new BatchTimer();
+
+  constructor(private readonly deadline: Deadline) {}
+
+  /** A batch took `ms`, from its claim to its marks. */
+  record(ms: number): void {
+    this.timer.record(ms);
+  }
+
+  /**
+   * Start a batch only if it fits before the sends' own cut-off (markReserveMs before the
+   * deadline), with room to spare: a batch started closer to the deadline than that would have its
+   * send abandoned at the cut-off whenever it ran a little slower than the slowest recent batch,
+   * and a send that misses its cut-off fails the invocation as broker-unavailable, with a healthy
+   * broker (seen about once in 12-30 invocations under sustained load, before this rule).
+   */
+  fits(): boolean {
+    return this.deadline.fits(this.batchReserveMs());
+  }
+
+  /** The next batch may be claimed while this one is published: both are expected to fit. */
+  fitsClaimAhead(): boolean {
+    return this.deadline.fits(this.timer.expected() * BUDGET.batchesClaimedAhead);
+  }
+
+  /** Until when a lingering invocation may wait for rows: a batch must still fit afterwards (the rule of fits). */
+  lingerUntil(): number {
+    return this.deadline.at - this.batchReserveMs();
+  }
+
+  /**
+   * The sends' deadline: a little before the invocation's, so the acks that did arrive (other
+   * topics of the batch) can still be committed instead of being re-sent by the next invocation.
+   */
+  sendBy(): Deadline {
+    return this.deadline.minus(Math.min(BUDGET.markReserveMs, this.deadline.remaining() / BUDGET.markReserveDivisor));
+  }
+
+  private batchReserveMs(): number {
+    return this.timer.expected() * BUDGET.batchesReserved + BUDGET.markReserveMs;
   }
 }

@@ -1,11 +1,10 @@
 // The only reader of process.env. Turns the environment into a typed, validated Config and
 // reports every problem at once, each naming the variable and the form it expects.
+import { BUDGET } from './budget.ts';
+import { PARKED_POLICIES, TOPIC_PLACEHOLDERS, parseTableName, unknownPlaceholders, type ParkedPolicy, type TableName } from './domain.ts';
 import { ConfigError } from './errors.ts';
-import { parseTableName, type TableName } from './outbox/identifier.ts';
 import type { Level } from './log.ts';
 
-export type SaslMechanism = 'plain' | 'scram-sha-256' | 'scram-sha-512';
-export type ParkedPolicy = 'hold' | 'skip';
 export const KAFKA_CLIENTS = ['kafkajs', 'platformatic'] as const;
 export type KafkaClientName = (typeof KAFKA_CLIENTS)[number];
 
@@ -44,7 +43,7 @@ export interface Config {
     parkedPolicy: ParkedPolicy;
     /** upper bound for one encoded message; undefined = ask the broker */
     maxMessageBytes?: number;
-    /** keep: move acked rows to the sent table (migration 005) and prune them after retainSentMs; delete: delete them when acked */
+    /** keep: move acked rows to the sent table and prune them after retainSentMs; delete: delete them when acked */
     sentRows: 'keep' | 'delete';
     /** delete sent (and skipped) rows older than this many ms, alongside the loop; 0 = never */
     retainSentMs: number;
@@ -188,9 +187,10 @@ function outboxConfig(read: EnvReader, prepare: boolean): Config['outbox'] {
     }
   }
   const topicTemplate = read.str('OUTBOX_TOPIC_TEMPLATE') ?? DEFAULT_TOPIC_TEMPLATE;
-  const unknownPlaceholders = [...topicTemplate.matchAll(/\{([^}]*)\}/g)].map((m) => m[1]).filter((p) => !['aggregatetype', 'type'].includes(p ?? ''));
-  if (unknownPlaceholders.length) {
-    read.problems.push(`OUTBOX_TOPIC_TEMPLATE=${JSON.stringify(topicTemplate)} uses unknown placeholder(s) ${unknownPlaceholders.map((p) => `{${p}}`).join(', ')}; allowed: {aggregatetype}, {type}`);
+  const unknown = unknownPlaceholders(topicTemplate);
+  if (unknown.length) {
+    const braced = (names: readonly string[]) => names.map((p) => `{${p}}`).join(', ');
+    read.problems.push(`OUTBOX_TOPIC_TEMPLATE=${JSON.stringify(topicTemplate)} uses unknown placeholder(s) ${braced(unknown)}; allowed: ${braced(TOPIC_PLACEHOLDERS)}`);
   }
   const backoffBaseMs = read.int('OUTBOX_BACKOFF_BASE_MS', 1_000, 1, 86_400_000);
   const backoffMaxMs = read.int('OUTBOX_BACKOFF_MAX_MS', 300_000, 1, 86_400_000);
@@ -198,12 +198,12 @@ function outboxConfig(read: EnvReader, prepare: boolean): Config['outbox'] {
   return {
     table,
     batchSize: read.int('OUTBOX_BATCH_SIZE', 500, 1, 10_000),
-    safetyMarginMs: read.int('OUTBOX_SAFETY_MARGIN_MS', 3_000, 0, 600_000),
+    safetyMarginMs: read.int('OUTBOX_SAFETY_MARGIN_MS', BUDGET.safetyMarginMs, 0, 600_000),
     maxAttempts: read.int('OUTBOX_MAX_ATTEMPTS', 10, 1, 1_000),
     backoffBaseMs,
     backoffMaxMs,
     topicTemplate,
-    parkedPolicy: read.oneOf('OUTBOX_PARKED_POLICY', ['hold', 'skip'] as const, 'hold'),
+    parkedPolicy: read.oneOf('OUTBOX_PARKED_POLICY', PARKED_POLICIES, 'hold'),
     maxMessageBytes: read.str('OUTBOX_MAX_MESSAGE_BYTES') === undefined ? undefined : read.int('OUTBOX_MAX_MESSAGE_BYTES', 1_000_000, 1_024, 100_000_000),
     sentRows: read.oneOf('OUTBOX_SENT_ROWS', ['keep', 'delete'] as const, 'keep'),
     retainSentMs: read.int('OUTBOX_RETAIN_SENT_MS', 86_400_000, 0, 365 * 86_400_000),

@@ -6,25 +6,20 @@
 // - the next batch is claimed while this one is published (NextClaim);
 // - this batch's marks are written, uncommitted, while it is on its way (BatchTransaction.premark);
 // - this batch's COMMIT is written, and its answer read one batch later (CommitChain).
-import { BatchTimer, type Deadline } from './budget.ts';
+import { BatchBudget, type Deadline } from './budget.ts';
 import type { Config } from './config.ts';
 import { DatabaseError, DeadlineExceededError, RelayError, describe } from './errors.ts';
 import { socketsFlushed } from './event-loop.ts';
-import { classifySendError } from './kafka/classify.ts';
-import type { PublishOutcome, Publisher } from './kafka/publisher.ts';
 import type { Logger } from './log.ts';
 import { CommitChain } from './loop/commit-chain.ts';
 import { Idle } from './loop/idle.ts';
 import { planBatch, topicsToSend } from './loop/plan.ts';
 import { Retention } from './loop/retention.ts';
-import type { BatchTransaction, ClaimedRow, Store } from './loop/ports.ts';
+import type { BatchTransaction, ClaimedRow, PublishOutcome, Publisher, Store } from './loop/ports.ts';
 import { settle, type Settlement } from './loop/settlement.ts';
 import { finish, newSummary, timed, type StopReason, type Summary } from './loop/summary.ts';
 
 export type { StopReason, Summary };
-
-/** time kept after a batch's sends for marking and committing what was acked */
-const MARK_RESERVE_MS = 500;
 
 export interface RelayDeps {
   store: Store;
@@ -47,7 +42,7 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
   await invocation.checkTables();
   // retention runs alongside the loop for the whole invocation (see loop/retention.ts)
   const retention = deps.config.retainSentMs > 0 ? new Retention(deps.store, deps.config.retainSentMs, deps.logger) : undefined;
-  // the waiting marks (migration 004): stale ones cleared before the first claim, new rows marked
+  // the waiting marks: stale ones cleared before the first claim, new rows marked
   // alongside the loop; neither fails the invocation
   const blocked = await clearStaleWaiting(deps, deadline);
   const pruning = retention?.run(deadline) ?? Promise.resolve(0);
@@ -109,7 +104,8 @@ class NextClaim {
 class Invocation {
   private readonly summary = newSummary();
   private readonly startedAt = Date.now();
-  private readonly timer = new BatchTimer();
+  /** the budget rule: whether a batch, or the claim ahead, still fits; when sends give up */
+  private readonly budget: BatchBudget;
   private readonly commits = new CommitChain();
   /**
    * Aggregates found waiting behind a row this invocation cannot take (a transaction other than a
@@ -135,6 +131,7 @@ class Invocation {
     private readonly deps: RelayDeps,
     private readonly deadline: Deadline,
   ) {
+    this.budget = new BatchBudget(deadline);
     if (deps.config.idle === 'linger') this.idle = new Idle(deps.store, deps.config, deps.logger);
   }
 
@@ -149,7 +146,7 @@ class Invocation {
 
   async relayAll(): Promise<void> {
     try {
-      let batch = this.budgetAllowsBatch() ? await timed(this.summary, 'claim', this.claim()) : this.stop('budget');
+      let batch = this.budget.fits() ? await timed(this.summary, 'claim', this.claim()) : this.stop('budget');
       while (batch) {
         batch = await this.relayBatch(batch);
         batch ??= await this.linger();
@@ -171,13 +168,13 @@ class Invocation {
     if (!this.idle || !LINGERS_AFTER.has(this.summary.stoppedBecause)) return undefined;
     // the last COMMIT's answer first: a failed one fails the invocation now, not when it ends
     await timed(this.summary, 'commit', this.commits.answered());
-    if (this.lastClaim.claimAgain && this.budgetAllowsBatch()) {
+    if (this.lastClaim.claimAgain && this.budget.fits()) {
       // see stopOnEmptyClaim: once, right away (like the loop's own claim once more, not a wake-up)
       const again = this.claim();
       this.lastClaim.recheck = true;
       return timed(this.summary, 'claim', again);
     }
-    const woke = await timed(this.summary, 'idle', this.idle.wait(this.deadline, this.deadline.at - this.batchReserveMs(), this.lastClaim));
+    const woke = await timed(this.summary, 'idle', this.idle.wait(this.deadline, this.budget.lingerUntil(), this.lastClaim));
     if (!woke) return undefined;
     this.summary.wakeups[woke]++;
     // aggregates found behind an application's lock are looked at again now and then, not only by the next invocation
@@ -205,7 +202,7 @@ class Invocation {
     this.inHand = undefined;
     // a failed COMMIT fails the invocation only now, so this batch's acks were committed first
     if (previousFailed) throw previousFailed;
-    this.timer.record(Date.now() - batch.startedAt);
+    this.budget.record(Date.now() - batch.startedAt);
     this.noteBackedOffTopics(outcome);
     return this.nextBatch(outcome);
   }
@@ -249,7 +246,7 @@ class Invocation {
    */
   private async claimAgain(batch: Batch): Promise<Batch | undefined> {
     await this.release(batch);
-    if (!this.budgetAllowsBatch()) return this.stop('budget');
+    if (!this.budget.fits()) return this.stop('budget');
     await this.clearStaleMarks(batch);
     await timed(this.summary, 'commit', this.commits.answered());
     return timed(this.summary, 'claim', this.claim());
@@ -277,7 +274,7 @@ class Invocation {
    */
   private async claimAhead(batch: Batch): Promise<NextClaim | undefined> {
     const full = batch.rows.length >= this.deps.config.batchSize;
-    if (!full || !this.deadline.fits(this.timer.expected() * 2)) return undefined;
+    if (!full || !this.budget.fitsClaimAhead()) return undefined;
     const ahead = new NextClaim(this.claim(this.commits.behind, batch.rows.map((r) => r.seq)));
     // let the claim reach the database before the publish holds the event loop for the tens of
     // milliseconds kafkajs takes to encode the batch; else the loop waits for it later
@@ -287,27 +284,27 @@ class Invocation {
 
   /** Plan the batch, premark what will be sent, send it. Never throws for Kafka's failures. */
   private async publish(batch: Batch, ready: ClaimedRow[]): Promise<PublishOutcome> {
-    // Sends give up a little before the deadline, so the acks that did arrive (other topics of
-    // the batch) can still be committed instead of being re-sent by the next invocation.
-    const sendBy = this.deadline.minus(Math.min(MARK_RESERVE_MS, this.deadline.remaining() / 4));
+    const sendBy = this.budget.sendBy();
+    const { publisher } = this.deps;
     const { topicTemplate } = this.deps.config;
     const limits = new Map<string, number>();
-    for (const topic of topicsToSend(ready, topicTemplate, this.backedOffTopics)) {
+    for (const topic of topicsToSend(ready, publisher, topicTemplate, this.backedOffTopics)) {
       try {
-        limits.set(topic, await this.deps.publisher.maxMessageBytes(topic, sendBy));
+        limits.set(topic, await publisher.maxMessageBytes(topic, sendBy));
       } catch (err) {
-        // the broker cannot even be asked: the whole batch waits, no row is charged
-        return { acked: [], rejected: [], backedOff: [], unavailable: classifySendError(err, topic).error };
+        // the broker cannot even be asked: the whole batch waits, no row is charged (the
+        // publisher rejects with its failure classified: Publisher.maxMessageBytes)
+        return { acked: [], rejected: [], backedOff: [], unavailable: err as RelayError };
       }
     }
-    const plan = planBatch(ready, { topicTemplate, limits, backedOff: this.backedOffTopics });
+    const plan = planBatch(ready, { format: publisher, topicTemplate, limits, backedOff: this.backedOffTopics });
     batch.tx.premark(plan.messages.map((m) => m.seq));
     // The client was abandoned since this batch was claimed (the claim ahead, while the batch
     // before it was committed): the server has rolled its transaction back, so its rows are no
     // longer ours, and a publish would be a second batch sent again by the next invocation (G2).
     const unusable = this.deps.store.unusable('publishing a batch claimed ahead');
     if (unusable) throw unusable;
-    const sent = await this.deps.publisher.publish(plan.messages, sendBy);
+    const sent = await publisher.publish(plan.messages, sendBy);
     return { ...sent, rejected: [...plan.rejected, ...sent.rejected] };
   }
 
@@ -389,7 +386,7 @@ class Invocation {
       this.deps.logger.warn('broker unavailable; stopping this invocation, rows stay pending', { error: outcome.unavailable });
       return this.stop('broker-unavailable');
     }
-    if (!this.budgetAllowsBatch()) {
+    if (!this.budget.fits()) {
       await ahead?.discard();
       return this.stop('budget');
     }
@@ -427,21 +424,6 @@ class Invocation {
   private async release(batch: Batch): Promise<void> {
     await batch.tx.rollback();
     if (this.inHand === batch) this.inHand = undefined;
-  }
-
-  /**
-   * Start a batch only if it fits before the sends' own cut-off (MARK_RESERVE_MS before the
-   * deadline), with room to spare: a batch started closer to the deadline than that would have its
-   * send abandoned at the cut-off whenever it ran a little slower than the slowest recent batch,
-   * and a send that misses its cut-off fails the invocation as broker-unavailable, with a healthy
-   * broker (seen about once in 12-30 invocations under sustained load, before this rule).
-   */
-  private budgetAllowsBatch(): boolean {
-    return this.deadline.fits(this.batchReserveMs());
-  }
-
-  private batchReserveMs(): number {
-    return this.timer.expected() * 2 + MARK_RESERVE_MS;
   }
 
   private stop(reason: StopReason): undefined {

@@ -3,8 +3,8 @@
 // never appear in error messages: errors name the secret id and what is wrong with its shape.
 import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import type { Deadline } from './budget.ts';
+import type { KafkaCredentials } from './domain.ts';
 import { DeadlineExceededError, SecretError } from './errors.ts';
-import type { KafkaCredentials } from './kafka/producer-publisher.ts';
 
 export interface SecretSource {
   /** `deadline`: the invocation's; a Secrets Manager that does not answer before it fails the call (the request itself has timeouts of its own) */

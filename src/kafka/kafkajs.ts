@@ -3,9 +3,10 @@
 // maxInFlightRequests=1 for idempotent producers, and without it a retried request can land
 // behind a later one and reorder an aggregate), the Java client's partitioner.
 import { CompressionTypes, Kafka, logLevel as KafkaLogLevel, Partitioners, type Admin, type KafkaConfig, type Producer, type SASLOptions } from 'kafkajs';
+import type { KafkaCredentials } from '../domain.ts';
 import type { Logger } from '../log.ts';
-import type { OutboundMessage } from './message.ts';
-import type { ClientProducer, KafkaClient, KafkaCredentials, PublisherOptions } from './producer-publisher.ts';
+import type { OutboundMessage } from '../loop/ports.ts';
+import type { ClientProducer, KafkaClient, PublisherOptions } from './producer-publisher.ts';
 
 // Client retries: few and short. kafkajs warns that "limiting retries for the idempotent producer
 // may invalidate EoS guarantees": true of a producer that is used again after its retries ran out,

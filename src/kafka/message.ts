@@ -1,37 +1,13 @@
-// Row → Kafka message. The key is the aggregate id (so one aggregate stays on one partition and
-// in order), the value is the JSON payload as stored, and the `id` header is the row's uuid,
-// identical on every copy, which is what lets consumers drop the duplicates at-least-once allows.
+// Row → Kafka message (the Publisher's MessageFormat). The key is the aggregate id (so one
+// aggregate stays on one partition and in order), the value is the JSON payload as stored, and the
+// `id` header is the row's uuid, identical on every copy, which is what lets consumers drop the
+// duplicates at-least-once allows.
+import { topicFor, type OutboxRow } from '../domain.ts';
 import { MessageRejectedError } from '../errors.ts';
-
-export interface OutboxRow {
-  seq: string;
-  id: string;
-  aggregatetype: string;
-  aggregateid: string;
-  type: string;
-  /** payload as JSON text, or null */
-  payload: string | null;
-  topic: string | null;
-  headers: Record<string, unknown> | null;
-  attempts: number;
-}
-
-export interface OutboundMessage {
-  seq: string;
-  aggregateid: string;
-  topic: string;
-  key: string;
-  value: string | null;
-  headers: Record<string, string>;
-}
+import type { OutboundMessage } from '../loop/ports.ts';
 
 // Kafka's own rule for topic names (kafka.common.internals.Topic)
 const TOPIC = /^[a-zA-Z0-9._-]{1,249}$/;
-
-export function topicFor(row: Pick<OutboxRow, 'aggregatetype' | 'type' | 'topic'>, template: string): string {
-  if (row.topic) return row.topic;
-  return template.replaceAll('{aggregatetype}', row.aggregatetype).replaceAll('{type}', row.type);
-}
 
 export function toMessage(row: OutboxRow, template: string): OutboundMessage {
   const topic = topicFor(row, template);
@@ -68,6 +44,13 @@ export function recordBytes(m: OutboundMessage): number {
  */
 export function encodedSize(m: OutboundMessage): number {
   return BATCH_OVERHEAD_BYTES + recordBytes(m);
+}
+
+/** A message over its topic's `limit` (max.message.bytes) can never be sent: parked at once (permanent). */
+export function tooLarge(m: OutboundMessage, limit: number): MessageRejectedError | undefined {
+  const size = encodedSize(m);
+  if (size <= limit) return undefined;
+  return new MessageRejectedError(`message is ${size} bytes, over the ${limit}-byte limit of topic ${m.topic}: shrink the payload or raise max.message.bytes / OUTBOX_MAX_MESSAGE_BYTES`, true);
 }
 
 /**

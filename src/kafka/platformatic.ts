@@ -19,8 +19,9 @@ import {
   type ProducerOptions,
   type SASLOptions,
 } from '@platformatic/kafka';
-import type { OutboundMessage } from './message.ts';
-import type { ClientProducer, KafkaClient, KafkaCredentials, PublisherOptions } from './producer-publisher.ts';
+import type { KafkaCredentials } from '../domain.ts';
+import type { OutboundMessage } from '../loop/ports.ts';
+import type { ClientProducer, KafkaClient, PublisherOptions } from './producer-publisher.ts';
 
 // Client retries: few and short, as kafkajs.ts's, for the same reasons (the budget; a producer
 // whose retries ran out is not used again). The library's own default for an idempotent producer

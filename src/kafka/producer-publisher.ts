@@ -8,17 +8,12 @@
 // failed send (see sendOnce).
 import type { Deadline } from '../budget.ts';
 import type { Config } from '../config.ts';
+import type { KafkaCredentials, OutboxRow } from '../domain.ts';
 import { DeadlineExceededError, type MessageRejectedError } from '../errors.ts';
 import type { Logger } from '../log.ts';
+import type { OutboundMessage, PublishOutcome, Publisher } from '../loop/ports.ts';
 import { classifySendError, isSaslAuthError, type SendFailure } from './classify.ts';
-import { compressionSlack, splitBySize, type OutboundMessage } from './message.ts';
-import type { PublishOutcome, Publisher } from './publisher.ts';
-
-export interface KafkaCredentials {
-  username: string;
-  password: string;
-  mechanism: 'plain' | 'scram-sha-256' | 'scram-sha-512';
-}
+import { compressionSlack, splitBySize, toMessage, tooLarge } from './message.ts';
 
 export interface PublisherOptions {
   kafka: Config['kafka'];
@@ -83,6 +78,15 @@ export class ProducerPublisher implements Publisher {
     protected readonly opts: PublisherOptions,
     private readonly client: KafkaClient,
   ) {}
+
+  /** A row as a Kafka record (message.ts). */
+  toMessage(row: OutboxRow, topicTemplate: string): OutboundMessage {
+    return toMessage(row, topicTemplate);
+  }
+
+  tooLarge(m: OutboundMessage, limitBytes: number): MessageRejectedError | undefined {
+    return tooLarge(m, limitBytes);
+  }
 
   /** The producer every new send uses; connects one when there is none (first use, or the last was retired). */
   private async current(deadline: Deadline): Promise<ProducerSlot> {
@@ -240,7 +244,7 @@ export class ProducerPublisher implements Publisher {
   private async publishTopic(topic: string, group: OutboundMessage[], deadline: Deadline, outcome: PublishOutcome): Promise<void> {
     let limit: number;
     try {
-      limit = Math.min(await this.maxMessageBytes(topic, deadline), this.opts.kafka.maxRequestBytes);
+      limit = Math.min(await this.topicLimit(topic, deadline), this.opts.kafka.maxRequestBytes);
     } catch (err) {
       outcome.unavailable ??= classifySendError(err, topic).error;
       return;
@@ -279,7 +283,17 @@ export class ProducerPublisher implements Publisher {
     return 'continue';
   }
 
+  /** The topic's limit; rejects with the failure classified (a RelayError), as the Publisher port says. */
   async maxMessageBytes(topic: string, deadline: Deadline): Promise<number> {
+    try {
+      return await this.topicLimit(topic, deadline);
+    } catch (err) {
+      throw classifySendError(err, topic).error;
+    }
+  }
+
+  /** The topic's limit; rejects with the client library's error, or DeadlineExceededError. */
+  private async topicLimit(topic: string, deadline: Deadline): Promise<number> {
     if (this.opts.maxMessageBytes !== undefined) return this.opts.maxMessageBytes;
     const cached = this.limits.get(topic);
     if (cached !== undefined) return cached;

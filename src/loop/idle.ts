@@ -6,7 +6,7 @@
 // number of concurrent invocations safe.
 //
 // How a waiting invocation learns of new rows:
-// - notify (a direct connection): LISTEN on the channel that migration 003's trigger notifies at
+// - notify (a direct connection): LISTEN on the channel that the insert trigger notifies at
 //   every producer COMMIT that inserted rows. The claim follows the notification at once.
 // - poll (PgBouncer in transaction mode, RDS Proxy, or LISTEN refused): every OUTBOX_POLL_MS, one
 //   index probe for the newest pending row (newestPendingSql). A row newer than the newest seen

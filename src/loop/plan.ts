@@ -1,7 +1,9 @@
 // Planning a batch (pure): which claimed rows become messages now, which are rejected before any
-// send (they can never be sent as they are), and which wait, uncharged, for a later batch.
+// send (they can never be sent as they are), and which wait, uncharged, for a later batch. What a
+// message is, and which the broker can never take, the publisher says (MessageFormat).
+import type { OutboxRow } from '../domain.ts';
 import { MessageRejectedError } from '../errors.ts';
-import { encodedSize, toMessage, type OutboundMessage, type OutboxRow } from '../kafka/message.ts';
+import type { MessageFormat, OutboundMessage } from './ports.ts';
 
 export interface Plan {
   /** in seq order; an aggregate's messages are a prefix of its rows in the batch */
@@ -13,19 +15,21 @@ export interface Plan {
 }
 
 export interface PlanContext {
+  /** the publisher's: rows to messages, and the sizes it refuses */
+  format: MessageFormat;
   topicTemplate: string;
-  /** max.message.bytes per topic (planLimits lists the topics to look up) */
+  /** the largest message each topic takes (Publisher.maxMessageBytes; topicsToSend lists the topics to look up) */
   limits: ReadonlyMap<string, number>;
   /** topics the broker refused as a whole in this invocation */
   backedOff: ReadonlySet<string>;
 }
 
 /** The topics whose size limit planBatch needs: those of rows that could be sent. */
-export function topicsToSend(rows: OutboxRow[], topicTemplate: string, backedOff: ReadonlySet<string>): string[] {
+export function topicsToSend(rows: OutboxRow[], format: MessageFormat, topicTemplate: string, backedOff: ReadonlySet<string>): string[] {
   const topics = new Set<string>();
   for (const row of rows) {
     try {
-      const { topic } = toMessage(row, topicTemplate);
+      const { topic } = format.toMessage(row, topicTemplate);
       if (!backedOff.has(topic)) topics.add(topic);
     } catch {
       // an illegal topic name: planBatch rejects the row without asking the broker
@@ -46,7 +50,7 @@ export function planBatch(rows: OutboxRow[], ctx: PlanContext): Plan {
     }
     let m: OutboundMessage;
     try {
-      m = toMessage(row, ctx.topicTemplate);
+      m = ctx.format.toMessage(row, ctx.topicTemplate);
     } catch (err) {
       if (!(err instanceof MessageRejectedError)) throw err;
       plan.rejected.push({ seq: row.seq, error: err });
@@ -66,10 +70,9 @@ export function planBatch(rows: OutboxRow[], ctx: PlanContext): Plan {
       continue;
     }
     const limit = ctx.limits.get(m.topic);
-    const size = encodedSize(m);
-    if (limit !== undefined && size > limit) {
-      const error = new MessageRejectedError(`message is ${size} bytes, over the ${limit}-byte limit of topic ${m.topic}: shrink the payload or raise max.message.bytes / OUTBOX_MAX_MESSAGE_BYTES`, true);
-      plan.rejected.push({ seq: row.seq, error });
+    const tooLarge = limit === undefined ? undefined : ctx.format.tooLarge(m, limit);
+    if (tooLarge) {
+      plan.rejected.push({ seq: row.seq, error: tooLarge });
       stopped.add(row.aggregateid);
       continue;
     }

@@ -1,13 +1,15 @@
-// What the invocation loop needs from the database and from Kafka. OutboxStore/BatchTx
-// (src/outbox/store.ts) and ProducerPublisher (src/kafka/producer-publisher.ts) implement them against the real services; the
-// model-based tests implement them in memory.
+// What the invocation loop needs from the database (Store) and from Kafka (Publisher): the loop
+// sees each side only through these. OutboxStore/BatchTx (src/outbox/store.ts) and
+// ProducerPublisher (src/kafka/producer-publisher.ts) implement them against the real services;
+// the model-based tests implement them in memory.
 import type { Deadline } from '../budget.ts';
-import type { OutboxRow } from '../kafka/message.ts';
+import type { OutboxRow } from '../domain.ts';
+import type { MessageRejectedError, RelayError } from '../errors.ts';
 import type { Failure } from './settlement.ts';
 
 /**
  * Where retention deletes old rows (src/outbox/sql.ts pruneSql): the sent table, sent rows left in
- * the outbox by versions before migration 005, and skipped rows.
+ * the outbox by pre-release versions, before the sent table,, and skipped rows.
  */
 export type PruneTarget = 'sent' | 'legacy-sent' | 'skipped';
 
@@ -81,7 +83,7 @@ export interface Store {
   /** The highest seq among pending rows, null when none: a lingering invocation's cheap probe for new rows. */
   newestPending(deadline: Deadline): Promise<string | null>;
   /**
-   * LISTEN for the table's inserts (migration 003's trigger) on a connection of its own, until
+   * LISTEN for the table's inserts (the insert trigger) on a connection of its own, until
    * close(). Rejects when LISTEN cannot be set up; `lost` is called if that connection closes.
    */
   watchInserts(deadline: Deadline, on: { insert(): void; lost(err: unknown): void }): Promise<InsertWatch>;
@@ -93,4 +95,60 @@ export interface Store {
   checkTables(deadline: Deadline): Promise<void>;
   /** One retention chunk (see OutboxStore.pruneChunk): rows deleted, fewer than `limit` when none older is left. */
   pruneChunk(what: PruneTarget, retainMs: number, limit: number, deadline: Deadline): Promise<number>;
+}
+
+/** A row as the publisher sends it (Publisher.toMessage). */
+export interface OutboundMessage {
+  seq: string;
+  aggregateid: string;
+  topic: string;
+  key: string;
+  value: string | null;
+  headers: Record<string, string>;
+}
+
+/** How rows become the publisher's messages: the broker's rules, which the loop's plan (src/loop/plan.ts) asks. */
+export interface MessageFormat {
+  /**
+   * The message `row` becomes, its topic routed by `topicTemplate` (topicFor). Throws
+   * MessageRejectedError when the row can never be sent as it is (a topic name the broker refuses).
+   */
+  toMessage(row: OutboxRow, topicTemplate: string): OutboundMessage;
+  /** Why `message` can never be sent to a topic that takes at most `limitBytes` (maxMessageBytes); undefined when it fits. */
+  tooLarge(message: OutboundMessage, limitBytes: number): MessageRejectedError | undefined;
+}
+
+export interface PublishOutcome {
+  /** seqs the broker acknowledged with acks=all: the only rows that may be marked sent */
+  acked: string[];
+  /** seqs rejected for a reason tied to the message itself (size, invalid record): counted as an attempt */
+  rejected: Array<{ seq: string; error: MessageRejectedError }>;
+  /**
+   * topics the broker refused as a whole (unknown, deleted, not authorized): their unacked rows
+   * stay pending without an attempt charged, and the invocation sends nothing more to them
+   */
+  backedOff: Array<{ topic: string; error: MessageRejectedError }>;
+  /** set when the broker or network failed as a whole; rows neither acked nor rejected stay pending */
+  unavailable?: RelayError;
+}
+
+/**
+ * The loop talks to Kafka only through this interface, so another client (e.g. a librdkafka
+ * binding) can be added without touching the loop. Turning rows into messages (MessageFormat) and
+ * classifying the broker's errors are the publisher's.
+ */
+export interface Publisher extends MessageFormat {
+  /** Publish in order; messages with the same key keep their relative order. Never throws for send failures. */
+  publish(messages: OutboundMessage[], deadline: Deadline): Promise<PublishOutcome>;
+  /**
+   * Largest message the broker accepts on `topic`, in bytes (cached). Rejects, when the broker
+   * cannot be asked, with the failure already classified: a RelayError (PublishOutcome.unavailable).
+   */
+  maxMessageBytes(topic: string, deadline: Deadline): Promise<number>;
+  /**
+   * Producers connected since the publisher was created, each with a producer id of its own: warm
+   * invocations without failures add none, every failed send adds one (the failed one is discarded).
+   */
+  readonly connects: number;
+  close(): Promise<void>;
 }

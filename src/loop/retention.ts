@@ -65,7 +65,7 @@ export class Retention {
 
 const PLACES: Record<PruneTarget, string> = {
   sent: 'the sent table',
-  'legacy-sent': 'the rows left marked sent in the outbox by versions before migration 005',
+  'legacy-sent': 'the rows left marked sent in the outbox by pre-release versions, before the sent table,',
   skipped: 'the skipped rows in the outbox',
 };
 

@@ -2,9 +2,8 @@
 // configuration as the handler.
 import postgres, { type Sql } from 'postgres';
 import type { Deadline } from '../budget.ts';
-import type { ParkedPolicy } from '../config.ts';
-import { topicFor } from '../kafka/message.ts';
-import { qualified, type TableName } from './identifier.ts';
+import { topicFor, type ParkedPolicy, type TableName } from '../domain.ts';
+import { qualified } from './identifier.ts';
 import * as q from './sql.ts';
 import { isConnectionLost } from './store.ts';
 
@@ -156,7 +155,7 @@ export function listParked(sql: Sql, table: TableName, limit = 100): Promise<Par
 
 /**
  * ids = null: every parked row. Returns the ids put back to pending. The rows waiting behind them
- * are freed in the same transaction (migration 004's marks).
+ * are freed in the same transaction (the waiting marks).
  */
 export async function retryParked(sql: Sql, table: TableName, ids: string[] | null, policy: ParkedPolicy = 'hold'): Promise<string[]> {
   return repairParked(sql, table, q.parkedRetrySql(qualified(table)), ids, policy);

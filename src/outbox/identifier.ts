@@ -1,23 +1,10 @@
 // Table names come from configuration, and identifiers cannot be bound as query parameters.
-// So a name is accepted only if it is a plain (optionally schema-qualified) identifier, and it
-// is always emitted double-quoted. Nothing else from the environment ever reaches SQL text.
-export interface TableName {
-  schema: string | undefined;
-  name: string;
-}
+// So a name is accepted only if it is a plain (optionally schema-qualified) identifier (the
+// domain's parseTableName, handed on here for the database side), and it is always emitted
+// double-quoted. Nothing else from the environment ever reaches SQL text.
+import type { TableName } from '../domain.ts';
 
-const IDENT = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
-
-export function parseTableName(raw: string): TableName {
-  const parts = raw.split('.');
-  if (parts.length > 2 || !parts.every((p) => IDENT.test(p))) {
-    throw new Error(
-      `${JSON.stringify(raw)} is not a valid table name; expected an identifier such as outbox or app.outbox ` +
-        '(letters, digits and underscores, starting with a letter or underscore, at most 63 characters per part)',
-    );
-  }
-  return parts.length === 2 ? { schema: parts[0], name: parts[1]! } : { schema: undefined, name: parts[0]! };
-}
+export { parseTableName, type TableName } from '../domain.ts';
 
 export function quoteIdent(ident: string): string {
   return `"${ident.replaceAll('"', '""')}"`;
@@ -43,7 +30,7 @@ export function derivedUniqueName(t: TableName, suffix: string): string {
 }
 
 /**
- * The table that keeps sent rows in `keep` mode (migration 005): the outbox table's name with
+ * The table that keeps sent rows in `keep` mode (the sent table): the outbox table's name with
  * `_sent`, in the same schema. A name too long for that keeps its first 45 characters and a hash
  * of the whole, so two long outbox names never share a sent table.
  */
@@ -69,7 +56,7 @@ export function displayName(t: TableName): string {
 }
 
 /**
- * The LISTEN/NOTIFY channel of a table's inserts (migration 003, linger mode): "outbox:" and the
+ * The LISTEN/NOTIFY channel of a table's inserts (the insert trigger, linger mode): "outbox:" and the
  * table's name as configured. Channel names are identifiers, at most 63 bytes: a longer one keeps
  * its first 54 characters and a hash of the whole, so two long names never share a channel.
  */

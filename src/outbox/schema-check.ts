@@ -89,7 +89,7 @@ export function schemaProblems(f: SchemaFacts, needs: SchemaNeeds): string[] {
   if (needs.sentRows === 'keep' && f.schema_usage !== false) {
     if (!f.sent_present) {
       // a missing migration already says what brings it back
-      if (!missing) problems.push(`the sent table ${sentTable} does not exist: this version of the relay moves sent rows there (migration 5). Run ${MIGRATE} (idempotent) before the relay, or set OUTBOX_SENT_ROWS=delete to keep no sent rows`);
+      if (!missing) problems.push(`the sent table ${sentTable} does not exist: this version of the relay moves sent rows there. Run ${MIGRATE} (idempotent) before the relay, or set OUTBOX_SENT_ROWS=delete to keep no sent rows`);
     } else if (!f.sent_insert) {
       // Retention's SELECT and DELETE there are not refused when they alone are missing: the relay
       // then relays and only the sent table grows, which retention's warning says every invocation

@@ -1,148 +1,144 @@
 // Every statement the relay runs against the outbox table, kept whole so it can be read and
 // EXPLAINed. `{t}` is the validated, quoted table name (see identifier.ts); values are always
 // bound parameters.
-import type { ParkedPolicy } from '../config.ts';
-import type { PruneTarget } from '../loop/ports.ts';
+import type { ParkedPolicy } from '../domain.ts';
+import type { ClaimFilter, PruneTarget } from '../loop/ports.ts';
+
+/** A statement and its bound parameters, built together so they cannot disagree. */
+export interface Statement {
+  text: string;
+  params: unknown[];
+}
+
+/** Numbers the parameters of a statement in the order its fragments ask for them. */
+class Params {
+  readonly list: unknown[] = [];
+  add(value: unknown): string {
+    this.list.push(value);
+    return `$${this.list.length}`;
+  }
+}
 
 /**
- * Claim up to $1 pending, due rows in seq order and apply the order guard (G4), in one statement
- * (one round trip: the claim runs while the previous batch is encoded on the same event loop).
- *
- * Three layers:
- * 0. Aggregates whose earliest failed row is backing off (or parked, under the default policy)
- *    are left out of the claim entirely, so a poison row cannot fill every batch with rows that
- *    must wait (G6).
- * 1. Aggregates are claimed, not just rows: a row is taken only if this transaction gets the
- *    transaction-scoped advisory lock of its aggregate (key: hash of table and aggregateid,
- *    $2 seeds it with the table name). Concurrent invocations therefore take disjoint sets of
- *    aggregates and all make progress, instead of claiming rows that wait behind each other's
- *    in-flight rows. Rows other invocations hold are skipped (SKIP LOCKED).
- * 2. The gap check: a claimed row is publishable only if no unsent row of its aggregate with a
- *    smaller seq exists outside this claim (held by a transaction that is not a relay's, e.g. an
- *    application's SELECT ... FOR UPDATE; skipped by our scan while another invocation held the
- *    aggregate; committed late), including one *between* two of our rows. One pass per claimed
- *    aggregate: walk its unsent rows below our highest seq in seq order (partial index on
- *    (aggregateid, seq)) and stop at the first that is not ours: that is the first gap, and our
- *    rows above it wait. The statement's snapshot may predate a mark another invocation
- *    committed while our scan ran; such a row only looks like a gap, so the error is always on
- *    the safe side (a row waits one batch longer), and foreignGapsSql tells the cases apart.
- * Held-back rows stay locked by this transaction until it ends, so no one else can take them
- * out of order either. $3 lists aggregates the invocation already found held back: skipped.
- *
- * $6 lists topics this invocation has backed off (the broker refused the topic as a whole:
- * deleted, unknown, not authorized), $5 is the topic template that routes rows without a topic of
- * their own. Their rows are not claimed, and neither is any later row of the same aggregate
- * (another topic through a per-row override), so they neither fill batches nor jump ahead (G4).
- * With no topic backed off (always, unless the broker refused one) that scan does not run at all.
- *
- * The per-aggregate probes of layer 2 are skipped when no row can be a gap at all: when every
- * pending row below our highest claimed seq is either ours or one of $4, the rows of this
- * invocation's batch in flight. Those belong to other aggregates: that batch's transaction holds
- * their advisory locks, and the loop keeps it open until this statement has finished. That is a
- * single relay's steady state; with other relays' rows or foreign locks in the way, the probes run.
+ * The claim: up to `limit` pending, due rows in seq order, locked, each with whether the order
+ * guard lets it be published now (G4), in one statement (one round trip). docs/order-guard.md
+ * explains it fragment by fragment; each fragment below says why it exists. A fragment that
+ * serves a feature is in the statement only while that feature is on (aggregates left out, topics
+ * backed off), so the usual claim is the short one; each shape is its own prepared statement.
+ * `lockSeed` seeds the aggregates' advisory-lock keys (the table's name).
  */
-export function claimSql(t: string, policy: ParkedPolicy): string {
-  return `
-WITH blocked AS MATERIALIZED (${blockedAggregates(t, policy)}),
-held AS MATERIALIZED (
-  -- first row per aggregate bound for a backed-off topic; a one-time filter skips the scan when none is
-  SELECT aggregateid, min(seq) AS first_held
-  FROM ${t}
-  WHERE cardinality($6::text[]) > 0
-    AND sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL
-    AND coalesce(nullif(topic, ''), replace(replace($5::text, '{aggregatetype}', aggregatetype), '{type}', type)) = ANY ($6::text[])
-  GROUP BY aggregateid
-),
-cand AS MATERIALIZED (
-  SELECT r.seq, r.id, r.aggregatetype, r.aggregateid, r.type, r.payload::text AS payload,
-         r.topic, r.headers, r.attempts
-  FROM ${t} r
-  WHERE r.sent_at IS NULL AND r.skipped_at IS NULL AND r.parked_at IS NULL AND NOT r.waiting
-    -- not behind a blocking row: NOT IN is a hashed lookup (a NOT EXISTS against the CTE was a
-    -- nested loop, every row against every blocked aggregate: 1,000 of them made claims 10 times
-    -- slower); only a row of a blocked aggregate pays the second test, whether it comes first
-    AND (r.aggregateid NOT IN (SELECT aggregateid FROM blocked)
-         OR r.seq < (SELECT b.first_blocked FROM blocked b WHERE b.aggregateid = r.aggregateid))
-    AND NOT EXISTS (SELECT 1 FROM held h WHERE h.aggregateid = r.aggregateid AND h.first_held <= r.seq)
-    AND r.aggregateid <> ALL ($3::text[])
-    -- due: tested on the claim index's entry (its second key, migration 006), so a row that backs
-    -- off is passed over without reading it
-    AND r.next_attempt_at <= now()
-    -- CASE: only try the aggregate lock for rows that are otherwise claimable, whatever order the
-    -- plan tests the conditions in
-    AND CASE WHEN r.next_attempt_at <= now()
-             THEN pg_try_advisory_xact_lock(hashtextextended(r.aggregateid, hashtext($2)))
-             ELSE false END
-  -- the claim index's order, both keys (seq is unique: this is seq order). Only the claim
-  -- index yields it without a sort, and the batch's planner settings price sorts out
-  -- (BATCH_PLANNER_SETTINGS); by seq alone, Postgres walked the seq_key index on an outbox of
-  -- pending rows, reading the waiting rows and every backing-off row from the heap
-  ORDER BY r.seq, r.next_attempt_at
-  LIMIT $1
-  FOR UPDATE OF r SKIP LOCKED
-),
-aggs AS (
-  SELECT aggregateid, max(seq) AS max_seq, array_agg(seq) AS seqs FROM cand GROUP BY aggregateid
-),
-quick AS MATERIALIZED (
-  -- could anything be a gap? (one range scan of the claim index, usually ~2 batches long; the
-  -- first such row in seq order, so that the claim index is the plan's only unsorted path)
-  SELECT (
-    SELECT true FROM ${t} o
-    WHERE o.sent_at IS NULL AND o.skipped_at IS NULL AND o.parked_at IS NULL AND NOT o.waiting
-      AND o.seq < (SELECT max(seq) FROM cand)
-      AND o.seq NOT IN (SELECT seq FROM cand)
-      AND o.seq NOT IN (SELECT unnest($4::bigint[]))
-      -- a row that backs off (failed, not due) is never a gap: it blocks its aggregate, so every
-      -- row claimed of that aggregate is below it (blocked above). Without this, 1,000 aggregates
-      -- backing off put 1,000 such rows in the range and sent every claim through the
-      -- per-aggregate probes. A row not due that never failed (set so by hand) blocks nothing and
-      -- stays a possible gap. Both columns are in the claim index (migration 006): tested on the
-      -- index entry, no heap read.
-      AND (o.next_attempt_at <= now() OR o.attempts = 0)
-    ORDER BY o.seq, o.next_attempt_at -- as the claim's: the claim index's own order
-    LIMIT 1
-  ) IS NOT NULL
-  -- A waiting row (outside the claim index) below our rows of its aggregate is a gap too: a
-  -- mark is justified only by a blocking row below it, and no claimed row is above one, so such a
-  -- mark is stale (its blocking row just went: due again, sent, deleted, parked under skip). The
-  -- marks are not trusted to be cleared on time (two removals at once, triggers disabled): while
-  -- any row waits, every claimed aggregate is probed. CASE: the look runs only when the table has
-  -- a waiting row at all (a scalar subquery with ORDER BY reads the waiting index's first entry;
-  -- EXISTS was planned as a sequential scan for it).
-  OR CASE WHEN (SELECT true FROM ${t} w WHERE w.waiting AND w.sent_at IS NULL AND w.skipped_at IS NULL ORDER BY w.aggregateid, w.seq LIMIT 1)
-          -- LATERAL ... LIMIT 1: one probe of the waiting index per claimed aggregate (a semi-join
-          -- was planned as a hash of every waiting row)
-          THEN EXISTS (SELECT 1 FROM aggs a CROSS JOIN LATERAL (
-                 SELECT 1 FROM ${t} w
-                 WHERE w.aggregateid = a.aggregateid AND w.waiting AND w.sent_at IS NULL AND w.skipped_at IS NULL
-                   AND w.seq < a.max_seq
-                 LIMIT 1) probe)
-          ELSE false END AS maybe
-),
-gap AS MATERIALIZED (
-  -- per claimed aggregate, one index range scan that stops at the first unsent row not ours;
-  -- only aggregates with a gap are listed, and none are looked at when nothing can be a gap
-  SELECT aggregateid, first_gap FROM (
-    SELECT a.aggregateid,
-           (SELECT o.seq FROM ${t} o
-            WHERE o.aggregateid = a.aggregateid
-              AND o.sent_at IS NULL AND o.skipped_at IS NULL
-              AND o.seq < a.max_seq${policy === 'skip' ? '\n              AND o.parked_at IS NULL' : ''}
-              AND o.seq <> ALL (a.seqs)
-            ORDER BY o.seq
-            LIMIT 1) AS first_gap
-    FROM aggs a
-    WHERE (SELECT maybe FROM quick)
-    OFFSET 0 -- not flattened: each probe runs once
-  ) probed
-  WHERE first_gap IS NOT NULL
-)
--- no ORDER BY: sorting the wide rows costs the database more than it costs the caller, which
--- puts them in seq order (OutboxStore.claim)
+export function claimStatement(t: string, policy: ParkedPolicy, limit: number, filter: ClaimFilter, lockSeed: string): Statement {
+  const p = new Params();
+  const claim = { limit: p.add(limit), seed: p.add(lockSeed), inFlight: p.add(filter.inFlight) };
+  const leftOut = filter.aggregates.length > 0 ? p.add(filter.aggregates) : undefined;
+  const topics = filter.topics.length > 0 ? { template: p.add(filter.topicTemplate), list: p.add(filter.topics) } : undefined;
+  const ctes = [
+    `blocked AS MATERIALIZED (${blockedAggregates(t, policy)})`,
+    topics ? `held AS MATERIALIZED (${firstRowsForTopics(t, topics)})` : undefined,
+    `cand AS MATERIALIZED (${candidates(t, claim, leftOut, topics !== undefined)})`,
+    'aggs AS (SELECT aggregateid, max(seq) AS max_seq, array_agg(seq) AS seqs FROM cand GROUP BY aggregateid)',
+    `quick AS MATERIALIZED (SELECT ${anyGapPossible(t, claim.inFlight)} OR ${staleMarkBelow(t)} AS maybe)`,
+    `gap AS MATERIALIZED (${firstGaps(t, policy)})`,
+  ].filter((c) => c !== undefined);
+  // no ORDER BY: OutboxStore.claim puts the rows in seq order (a sort of the wide rows costs the
+  // database more than it costs the caller)
+  const text = `WITH ${ctes.join(',\n')}
 SELECT c.*, g.first_gap, (g.first_gap IS NULL OR c.seq < g.first_gap) AS publishable
-FROM cand c
-LEFT JOIN gap g ON g.aggregateid = c.aggregateid`;
+FROM cand c LEFT JOIN gap g ON g.aggregateid = c.aggregateid`;
+  return { text, params: p.list };
+}
+
+/** the conditions of a pending row: not sent, skipped, parked or marked waiting (the claim index's predicate) */
+function pending(alias: string): string {
+  return `${alias}.sent_at IS NULL AND ${alias}.skipped_at IS NULL AND ${alias}.parked_at IS NULL AND NOT ${alias}.waiting`;
+}
+
+/**
+ * The first row per aggregate bound for a topic backed off in this invocation (the broker refused
+ * the topic as a whole): that row and every later one of its aggregate are not claimed, whatever
+ * their topic, so they neither fill batches nor jump ahead (G4).
+ */
+function firstRowsForTopics(t: string, $: { template: string; list: string }): string {
+  // marked waiting or not: any pending row bound for the topic holds its aggregate's later rows
+  return `SELECT aggregateid, min(seq) AS first_held FROM ${t}
+  WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL
+    AND coalesce(nullif(topic, ''), replace(replace(${$.template}::text, '{aggregatetype}', aggregatetype), '{type}', type)) = ANY (${$.list}::text[])
+  GROUP BY aggregateid`;
+}
+
+/**
+ * The candidates, in seq order, locked (SKIP LOCKED: rows another invocation holds are passed
+ * over). A row is taken only with its aggregate's transaction-scoped advisory lock, so concurrent
+ * invocations claim disjoint aggregates instead of rows that wait behind each other's. Left out:
+ * rows at or after their aggregate's first blocking row (`blocked`; NOT IN is a hashed lookup, a
+ * NOT EXISTS was a nested loop over every blocked aggregate), aggregates the invocation left out,
+ * rows behind a backed-off topic, and rows not due (tested on the claim index's entry). The CASE
+ * tries the lock only for rows otherwise claimable, in whatever order the plan
+ * tests the conditions. ORDER BY both keys of the claim index: the only path that yields seq
+ * order without a sort (the batch's planner settings price sorts out).
+ */
+function candidates(t: string, $: { limit: string; seed: string }, leftOut: string | undefined, topics: boolean): string {
+  return `SELECT r.seq, r.id, r.aggregatetype, r.aggregateid, r.type, r.payload::text AS payload, r.topic, r.headers, r.attempts
+  FROM ${t} r
+  WHERE ${pending('r')}
+    AND (r.aggregateid NOT IN (SELECT aggregateid FROM blocked) OR r.seq < (SELECT b.first_blocked FROM blocked b WHERE b.aggregateid = r.aggregateid))${
+      topics ? '\n    AND NOT EXISTS (SELECT 1 FROM held h WHERE h.aggregateid = r.aggregateid AND h.first_held <= r.seq)' : ''}${
+      leftOut ? `\n    AND r.aggregateid <> ALL (${leftOut}::text[])` : ''}
+    AND r.next_attempt_at <= now()
+    AND CASE WHEN r.next_attempt_at <= now() THEN pg_try_advisory_xact_lock(hashtextextended(r.aggregateid, hashtext(${$.seed}))) ELSE false END
+  ORDER BY r.seq, r.next_attempt_at
+  LIMIT ${$.limit}
+  FOR UPDATE OF r SKIP LOCKED`;
+}
+
+/**
+ * Can any claimed row have a gap at all? Only if some pending row below the highest claimed seq
+ * is neither claimed nor in the invocation's batch in flight (`inFlight`: other aggregates, whose
+ * locks that batch's open transaction holds). One range scan of the claim index, in its order; a
+ * single relay's steady state finds none and skips the per-aggregate probes. A row that backs off
+ * is no gap (it blocks its aggregate: no claimed row is above it); a row set not due by hand
+ * (never failed) blocks nothing and stays a possible gap.
+ */
+function anyGapPossible(t: string, inFlight: string): string {
+  return `(SELECT true FROM ${t} o
+    WHERE ${pending('o')}
+      AND o.seq < (SELECT max(seq) FROM cand) AND o.seq NOT IN (SELECT seq FROM cand) AND o.seq NOT IN (SELECT unnest(${inFlight}::bigint[]))
+      AND (o.next_attempt_at <= now() OR o.attempts = 0)
+    ORDER BY o.seq, o.next_attempt_at LIMIT 1) IS NOT NULL`;
+}
+
+/**
+ * A waiting row below a claimed row of its aggregate is a gap too: its mark is stale (a mark is
+ * only justified by a blocking row below it, and no claimed row is above one). Marks are never
+ * trusted to be cleared on time (two removals at once, triggers disabled), so while any row waits,
+ * each claimed aggregate gets one probe of the waiting index (LATERAL ... LIMIT 1; a semi-join was
+ * planned as a hash of every waiting row). The CASE reads the waiting index's first entry first:
+ * no row waits, no probe.
+ */
+function staleMarkBelow(t: string): string {
+  return `CASE WHEN (SELECT true FROM ${t} w WHERE w.waiting AND w.sent_at IS NULL AND w.skipped_at IS NULL ORDER BY w.aggregateid, w.seq LIMIT 1)
+    THEN EXISTS (SELECT 1 FROM aggs a CROSS JOIN LATERAL (SELECT 1 FROM ${t} w
+      WHERE w.aggregateid = a.aggregateid AND w.waiting AND w.sent_at IS NULL AND w.skipped_at IS NULL AND w.seq < a.max_seq LIMIT 1) probe)
+    ELSE false END`;
+}
+
+/**
+ * Per claimed aggregate, its first gap: the first unsent row below our highest seq that is not
+ * ours (held by a transaction that is not a relay's, skipped while another invocation held the
+ * aggregate, committed late, or between two of our rows). One index range scan each, only when
+ * `quick` says a gap is possible; our rows above the gap wait. The statement's snapshot may
+ * predate a mark another invocation committed meanwhile: such a row only looks like a gap (the
+ * error is on the safe side), and heldGapsSql tells the cases apart. Under `skip`, parked rows
+ * are no gap. OFFSET 0: not flattened, each probe runs once.
+ */
+function firstGaps(t: string, policy: ParkedPolicy): string {
+  return `SELECT aggregateid, first_gap FROM (
+    SELECT a.aggregateid, (SELECT o.seq FROM ${t} o
+      WHERE o.aggregateid = a.aggregateid AND o.sent_at IS NULL AND o.skipped_at IS NULL AND o.seq < a.max_seq${policy === 'skip' ? ' AND o.parked_at IS NULL' : ''}
+        AND o.seq <> ALL (a.seqs)
+      ORDER BY o.seq LIMIT 1) AS first_gap
+    FROM aggs a WHERE (SELECT maybe FROM quick) OFFSET 0) probed
+  WHERE first_gap IS NOT NULL`;
 }
 
 /**
@@ -248,7 +244,7 @@ function blockingRows(policy: ParkedPolicy, alias?: string): string {
 
 /**
  * OUTBOX_SENT_ROWS=keep (the default): acked rows move, whole, from the outbox `t` to its sent
- * table `sent` (migration 005), in the batch transaction, stamped with sent_at. One statement: the
+ * table `sent` (the sent table), in the batch transaction, stamped with sent_at. One statement: the
  * DELETE's RETURNING feeds the INSERT. A rollback (a crash, a failed COMMIT, the premark's
  * savepoint) undoes both halves, so a row is either unsent in the outbox or sent in `sent`.
  */
@@ -320,7 +316,7 @@ FROM rel r`;
 }
 
 /**
- * How versions before migration 005 marked a row sent: a second version of the row, in place.
+ * How pre-release versions, before the sent table, marked a row sent: a second version of the row, in place.
  * Kept for the benchmark's comparison only (bench/bench.ts, sqlMarkInPlace); the relay never runs it.
  */
 export function markInPlaceSql(t: string): string {
@@ -357,8 +353,8 @@ WHERE r.seq = f.seq`;
  * Retention, one chunk: delete up to $2 rows sent (or skipped) more than $1 ms ago, oldest first,
  * skipping rows someone else holds. Chunks keep each transaction short; the caller repeats them
  * until a chunk comes back short. Three places hold such rows:
- * - `sent`: the sent table (migration 005), through its sent_at index;
- * - `legacy-sent`: rows that versions before migration 005 marked sent in the outbox itself
+ * - `sent`: the sent table, through its sent_at index;
+ * - `legacy-sent`: rows that pre-release versions, before the sent table, marked sent in the outbox itself
  *   (its sent_at index is empty once they are gone: one probe per invocation);
  * - `skipped`: rows an operator skipped, kept in the outbox for audit as long as sent ones.
  * In the sent table rows are found by ctid: it has no key, and a TID scan needs none. No row
@@ -412,7 +408,7 @@ ORDER BY 1, 2`;
  *   created_at itself). NULL when no row is pending.
  * - pending_rows: unsent, unskipped, unparked rows (backing-off ones included: the claim
  *   index's rows, and the waiting rows), counted up to $1 + 1.
- * The waiting rows (migration 004) are outside the claim index: the age also looks at the first
+ * The waiting rows are outside the claim index: the age also looks at the first
  * waiting row of each aggregate that has any (normally none), the count at the waiting index.
  * - parked_rows: parked rows, counted up to $1 + 1 through the retry index (a row is parked
  *   only by a failed attempt, so it has attempts > 0).
@@ -493,7 +489,7 @@ function waitingAggregates(t: string): string {
 
 /**
  * Mark `waiting` the pending rows that wait behind a blocking row of their aggregate (backing off,
- * or parked under the hold policy), so that claims no longer read them (migration 004). $1: the
+ * or parked under the hold policy), so that claims no longer read them. $1: the
  * aggregates to look at (those whose rows just failed), or NULL for every blocked aggregate (once
  * per invocation, for rows written behind a blocking row since). Only rows after the aggregate's
  * last waiting row are looked at, so a second pass costs nothing: a row committed late below it
@@ -504,8 +500,8 @@ export function markWaitingSql(t: string, policy: ParkedPolicy): string {
   return `
 WITH blockers AS MATERIALIZED (
   -- the blocking rows this pass relies on, share-locked until it commits: whoever takes one away
-  -- meanwhile (the relay sending it once due, a DELETE by hand) waits, and the trigger of
-  -- migration 007 then sees our marks and clears them. A blocking row someone else holds is left
+  -- meanwhile (the relay sending it once due, a DELETE by hand) waits, and the unwait
+  -- trigger then sees our marks and clears them. A blocking row someone else holds is left
   -- out, and so are the rows behind it (a claim's batch holds it: it is being sent).
   SELECT aggregateid, seq FROM ${t}
   WHERE sent_at IS NULL AND skipped_at IS NULL AND attempts > 0
@@ -540,7 +536,7 @@ WHERE seq IN (
  * rows were just sent, charged again, retried or skipped), or NULL for every aggregate with
  * waiting rows (once per invocation: marks behind a row that no longer blocks, such as one parked
  * under hold before a switch to skip; a failed row deleted or reset clears its marks itself,
- * migration 007). Runs after the statements that changed the blocking rows, in the same
+ * the unwait trigger). Runs after the statements that changed the blocking rows, in the same
  * transaction.
  */
 export function unwaitSql(t: string, policy: ParkedPolicy): string {

@@ -3,8 +3,8 @@
 // being published). Every statement is bounded twice: server-side by statement_timeout and
 // client-side by the deadline race, and the transaction itself by
 // idle_in_transaction_session_timeout so it cannot outlive a frozen or killed invocation (G7).
-import type { ParkedPolicy } from '../config.ts';
-import type { Deadline } from '../budget.ts';
+import type { ParkedPolicy } from '../domain.ts';
+import { BUDGET, type Deadline } from '../budget.ts';
 import { DatabaseError, DeadlineExceededError } from '../errors.ts';
 import { socketsFlushed } from '../event-loop.ts';
 import type { BatchTransaction, ClaimFilter, ClaimedRow, InsertWatch, NothingClaimable, PruneTarget, Store } from '../loop/ports.ts';
@@ -17,15 +17,13 @@ import postgres, { type PendingQuery, type ReservedSql, type Row, type Sql } fro
 
 export type { ClaimedRow, Failure };
 
-/** how long a ROLLBACK may take past the deadline before its connection is given up (BatchTx.deadlineFree) */
-const ROLLBACK_GRACE_MS = { min: 250, max: 2_000 };
 
 /** rows marked waiting per transaction by markWaiting: a long backlog is marked in short transactions */
 const MARK_WAITING_CHUNK = 10_000;
 
 /**
  * What happens to an acked row: OUTBOX_SENT_ROWS's two values, and `mark-in-place`, how versions
- * before migration 005 marked it (an UPDATE of the outbox row), kept for the benches' comparisons.
+ * before the sent table marked it (an UPDATE of the outbox row), kept for the benches' comparisons.
  */
 export const SENT_ROWS_MODES = ['keep', 'delete', 'mark-in-place'] as const;
 export type SentRowsMode = (typeof SENT_ROWS_MODES)[number];
@@ -73,12 +71,12 @@ const CHORE_SETTINGS_SQL = `SELECT set_config('statement_timeout', $1, true), se
 
 export class OutboxStore implements Store {
   readonly table: string;
-  readonly claimText: string;
+  private readonly policy: ParkedPolicy;
   /** false: no order guard (benchmark comparison only) */
   readonly guarded: boolean;
   readonly markText: string;
   private readonly whyEmptyText: string;
-  /** where `keep` moves sent rows (migration 005) */
+  /** where `keep` moves sent rows (the sent table) */
   readonly sentTable: string;
   private readonly sentRows: SentRowsMode;
   /** checkTables() found the sent table writable (once per client) */
@@ -88,7 +86,7 @@ export class OutboxStore implements Store {
   readonly unwaitText: string;
   private readonly waitingWorkText: string;
   private readonly newestText: string;
-  /** migration 003's channel for this table's inserts */
+  /** the insert trigger's channel for this table's inserts */
   readonly channel: string;
   /** named prepared statements for the per-batch queries, unless DATABASE_PREPARE=false (PgBouncer, RDS Proxy) */
   readonly prepared: { prepare: boolean };
@@ -113,7 +111,7 @@ export class OutboxStore implements Store {
   ) {
     this.prepared = { prepare };
     this.table = qualified(table);
-    this.claimText = guard ? q.claimSql(this.table, policy) : q.claimUnguardedSql(this.table);
+    this.policy = policy;
     this.guarded = guard;
     this.sentTable = qualified(sentTable(table));
     this.sentRows = sentRows;
@@ -139,12 +137,17 @@ export class OutboxStore implements Store {
    * of its own, the claim would race the COMMIT, skip the rows of the aggregates still locked by
    * it, take their later rows once the COMMIT landed, and then have to hold them all back.
    */
+  /** The claim for `filter` (its shape: src/outbox/sql.ts claimStatement). */
+  claimStatement(limit: number, filter: ClaimFilter): q.Statement {
+    return this.guarded ? q.claimStatement(this.table, this.policy, limit, filter, this.table) : { text: q.claimUnguardedSql(this.table), params: [limit] };
+  }
+
   async begin(deadline: Deadline, after?: BatchTransaction): Promise<BatchTx> {
     const handed = after instanceof BatchTx ? after.handOver() : undefined;
     const conn = handed ?? (await this.reserve(deadline));
     const stmtMs = String(Math.max(1, deadline.remaining()));
     // the transaction may sit idle while the batch is on its way to Kafka; never past the deadline
-    const idleMs = String(Math.max(1, deadline.remaining() + 1_000));
+    const idleMs = String(Math.max(1, deadline.remaining() + BUDGET.idleInTransactionPastDeadlineMs));
     return this.open(conn, deadline, BATCH_SETTINGS_SQL, [stmtMs, stmtMs, idleMs, ...BATCH_PLANNER_SETTINGS.flat()]);
   }
 
@@ -168,7 +171,7 @@ export class OutboxStore implements Store {
   private async chore<T>(deadline: Deadline, what: string, lockTimeoutMs: number, work: (tx: BatchTx) => Promise<T>): Promise<T> {
     this.assertUsable(what);
     const stmtMs = String(Math.max(1, deadline.remaining()));
-    const idleMs = String(Math.max(1, deadline.remaining() + 1_000));
+    const idleMs = String(Math.max(1, deadline.remaining() + BUDGET.idleInTransactionPastDeadlineMs));
     const tx = this.open(await this.reserve(deadline), deadline, CHORE_SETTINGS_SQL, [stmtMs, String(lockTimeoutMs), idleMs]);
     try {
       const result = await work(tx);
@@ -191,32 +194,24 @@ export class OutboxStore implements Store {
    */
   private async reserve(deadline: Deadline): Promise<ReservedSql> {
     const what = 'reserving a database connection';
-    if (this.poisoned) throw wrapDbError(connectionClosed(this.connectionLost ? 'a connection of the database client had closed' : 'the database client was abandoned'), what);
-    // postgres.js 3.4.9 never answers a reserve() that opens a new connection of a client that does
-    // not fetch array types (CLIENT_OPTIONS; porsager/postgres#751): every connection of the client
-    // is opened with a statement first, once. A connection that closes ends the client (abandon),
-    // so no reserve meets a connection opened later.
-    // A failure is tried again by the next reserve (a full server, say, may have room later).
-    if (!this.connectionsOpened) {
-      const opening = Promise.all(Array.from({ length: this.sql.options.max }, () => this.sql`SELECT 1`));
-      this.connectionsOpened = opening;
-      opening.catch(() => {
-        if (this.connectionsOpened === opening) this.connectionsOpened = undefined;
-      });
-    }
-    await this.bounded(deadline, 'opening the database connections', this.connectionsOpened);
+    const refused = () => wrapDbError(connectionClosed(this.connectionLost ? 'a connection of the database client had closed' : 'the database client was abandoned'), what);
+    if (this.poisoned) throw refused();
     let fail!: (err: Error) => void;
     const lost = new Promise<never>((_, reject) => {
       fail = reject;
     });
+    lost.catch(() => undefined);
     this.reserveWaits.add(fail);
-    const reserving = this.sql.reserve();
+    let reserving: Promise<ReservedSql> | undefined;
     try {
+      await this.bounded(deadline, 'opening the database connections', Promise.race([this.openConnections(), lost]));
+      if (this.poisoned) throw refused();
+      reserving = this.sql.reserve();
       return await this.bounded(deadline, what, Promise.race([reserving, lost]));
     } catch (err) {
       // A reservation that arrives after the wait failed (the client is abandoned by then) would
       // hold its connection open for good, past the client's end(): back to the pool, and closed.
-      reserving.then(
+      reserving?.then(
         (conn) => {
           conn.release();
           this.abandon();
@@ -227,6 +222,24 @@ export class OutboxStore implements Store {
     } finally {
       this.reserveWaits.delete(fail);
     }
+  }
+
+  /**
+   * Every connection of the client opened with a statement, once. postgres.js 3.4.9 never answers
+   * a reserve() that opens a new connection of a client that does not fetch array types
+   * (CLIENT_OPTIONS; porsager/postgres#751), so reserve() waits for this first. A connection that
+   * closes ends the client (abandon), so no reserve meets a connection opened later. A failure is
+   * tried again by the next reserve (a full server, say, may have room later).
+   */
+  private openConnections(): Promise<unknown> {
+    if (!this.connectionsOpened) {
+      const opening = Promise.all(Array.from({ length: this.sql.options.max }, () => this.sql`SELECT 1`));
+      this.connectionsOpened = opening;
+      opening.catch(() => {
+        if (this.connectionsOpened === opening) this.connectionsOpened = undefined;
+      });
+    }
+    return this.connectionsOpened;
   }
 
   /**
@@ -338,7 +351,7 @@ export class OutboxStore implements Store {
 
   /**
    * Alongside the loop, when an aggregate is blocked: mark the rows written behind its blocking
-   * row since the last pass (migration 004), in transactions of MARK_WAITING_CHUNK rows.
+   * row since the last pass, in transactions of MARK_WAITING_CHUNK rows.
    */
   async markWaiting(deadline: Deadline): Promise<number> {
     let marked = 0;
@@ -452,8 +465,8 @@ export class BatchTx implements BatchTransaction {
    * `filter.topics`: topics not to claim rows for, with the template that routes rows (claimSql's $5, $6).
    */
   async claim(limit: number, filter: ClaimFilter = { aggregates: [], inFlight: [], topics: [], topicTemplate: '' }): Promise<ClaimedRow[]> {
-    const params = this.store.guarded ? [limit, this.store.table, filter.aggregates, filter.inFlight, filter.topicTemplate, filter.topics] : [limit];
-    const claimed = this.run('claiming a batch', this.conn.unsafe<ClaimedRow[]>(this.store.claimText, params, this.store.prepared));
+    const { text, params } = this.store.claimStatement(limit, filter);
+    const claimed = this.run('claiming a batch', this.conn.unsafe<ClaimedRow[]>(text, params as never[], this.store.prepared));
     claimed.catch(() => undefined);
     // if BEGIN failed, so did the claim behind it: the connection is the same
     await this.opened;
@@ -488,7 +501,7 @@ export class BatchTx implements BatchTransaction {
     if (seqs.length === 0 || this.store.poisoned) return;
     const seqSet = new Set(seqs);
     const statements = [this.run('opening the premark savepoint', this.conn`SAVEPOINT premark`), this.run('marking rows sent', this.conn.unsafe(this.store.markText, [seqs], this.store.prepared))];
-    // a row that had failed, once sent, may free the rows waiting behind it (migration 004)
+    // a row that had failed, once sent, may free the rows waiting behind it (the waiting marks)
     const freed = this.aggregatesOf(seqs, true);
     if (freed.length) statements.push(this.run('clearing waiting marks', this.conn.unsafe(this.store.unwaitText, [freed], this.store.prepared)));
     // settled here so a failure is never unhandled; the commit methods look at the outcome
@@ -596,7 +609,7 @@ export class BatchTx implements BatchTransaction {
         ),
       );
     }
-    // The waiting marks follow the blocking rows just changed (migration 004): rows that failed
+    // The waiting marks follow the blocking rows just changed: rows that failed
     // before and were sent now, or failed again (parked under skip: no longer blocking), may free
     // their aggregates; rows that failed now block theirs.
     const blocking = this.aggregatesOf(failures.map((f) => f.seq), false);
@@ -648,10 +661,11 @@ export class BatchTx implements BatchTransaction {
 
   private async deadlineFree<T>(p: Promise<T>): Promise<T> {
     // A rollback may run past the deadline (it is how a failure ends), by a short grace of its
-    // own, inside the safety margin: what the deadline leaves, at least ROLLBACK_GRACE_MS.min, at
+    // own, inside the safety margin: what the deadline leaves, at least BUDGET.rollbackGraceMs.min, at
     // most .max. Unanswered by then, the client is ended (rollback), so one grace is the most a
     // failure spends: the invocation's other transaction finds the client poisoned and waits not.
-    const graceMs = Math.min(ROLLBACK_GRACE_MS.max, Math.max(ROLLBACK_GRACE_MS.min, this.deadline.remaining()));
+    const { min, max } = BUDGET.rollbackGraceMs;
+    const graceMs = Math.min(max, Math.max(min, this.deadline.remaining()));
     let timer: NodeJS.Timeout | undefined;
     try {
       return await Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error('rollback timed out')), graceMs)))]);

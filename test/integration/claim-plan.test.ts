@@ -13,6 +13,9 @@ import { moveSentSql } from '../../src/outbox/sql.ts';
 import { BATCH_PLANNER_SETTINGS, OutboxStore } from '../../src/outbox/store.ts';
 import { db, uniqueName } from './helpers.ts';
 
+/** a claim with nothing left out: the usual shape */
+const NO_FILTER = { aggregates: [], inFlight: [], topics: [], topicTemplate: '' };
+
 let sql: Sql;
 before(() => {
   sql = db();
@@ -59,11 +62,11 @@ describe('claim plan', () => {
     await sql.unsafe(`VACUUM ANALYZE ${t}`);
 
     const store = new OutboxStore(sql, name, 'hold');
-    const params = [500, t, [], [], '', []];
+    const claim = store.claimStatement(500, NO_FILTER);
     const plan = async (settings: ReadonlyArray<readonly [string, string]>): Promise<PlanNode[]> =>
       sql.begin(async (tx) => {
         for (const [k, v] of settings) await tx`SELECT set_config(${k}, ${v}, true)`;
-        const [row] = await tx.unsafe<Array<{ 'QUERY PLAN': Array<{ Plan: PlanNode }> }>>(`EXPLAIN (FORMAT JSON) ${store.claimText}`, params);
+        const [row] = await tx.unsafe<Array<{ 'QUERY PLAN': Array<{ Plan: PlanNode }> }>>(`EXPLAIN (FORMAT JSON) ${claim.text}`, claim.params as never[]);
         return nodes(row!['QUERY PLAN'][0]!.Plan);
       });
     const claimIndex = `${table}_claim_idx`;
@@ -131,7 +134,8 @@ describe('claim plan', () => {
     const claimIndex = `${table}_claim_idx`;
     const all = await sql.begin(async (tx) => {
       for (const [k, v] of BATCH_PLANNER_SETTINGS) await tx`SELECT set_config(${k}, ${v}, true)`;
-      const [row] = await tx.unsafe<Array<{ 'QUERY PLAN': Array<{ Plan: PlanNode }> }>>(`EXPLAIN (ANALYZE, FORMAT JSON) ${store.claimText}`, [500, t, [], [], '', []]);
+      const claim = store.claimStatement(500, NO_FILTER);
+      const [row] = await tx.unsafe<Array<{ 'QUERY PLAN': Array<{ Plan: PlanNode }> }>>(`EXPLAIN (ANALYZE, FORMAT JSON) ${claim.text}`, claim.params as never[]);
       return nodes(row!['QUERY PLAN'][0]!.Plan);
     });
     const subtree = (label: string) => nodes(all.find((n) => n['Subplan Name'] === label)!);

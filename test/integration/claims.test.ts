@@ -8,9 +8,9 @@ import { after, before, describe, it } from 'node:test';
 import type { Sql } from 'postgres';
 import { Deadline } from '../../src/budget.ts';
 import { loadConfig } from '../../src/config.ts';
-import type { Publisher } from '../../src/kafka/publisher.ts';
+import { toMessage, tooLarge } from '../../src/kafka/message.ts';
 import { createLogger } from '../../src/log.ts';
-import type { Store } from '../../src/loop/ports.ts';
+import type { Publisher, Store } from '../../src/loop/ports.ts';
 import { parseTableName, qualified, sentTable } from '../../src/outbox/identifier.ts';
 import { runInvocation } from '../../src/relay.ts';
 import { migrate } from '../../src/outbox/migrate.ts';
@@ -119,6 +119,8 @@ describe('G4: waiting marks that cannot strand a row or be passed', () => {
     });
     const published: string[] = [];
     const publisher: Publisher = {
+      toMessage,
+      tooLarge,
       connects: 1,
       maxMessageBytes: () => Promise.resolve(1_000_000),
       publish: (messages) => {

@@ -241,14 +241,14 @@ export async function invokeOk(env: Record<string, string>, timeoutMs = 20_000):
   return res.summary as never;
 }
 
-/** The quoted name of an outbox table's sent table (migration 005: where `keep` moves acked rows). */
+/** The quoted name of an outbox table's sent table (where `keep` moves acked rows). */
 export function sentTableOf(table: string): string {
   return qualified(sentTable(parseTableName(table)));
 }
 
 /**
  * Rows in the outbox and its sent table. `sent` counts both the rows moved to the sent table and
- * any marked sent in place (what versions before migration 005 did; tests set some up by hand).
+ * any marked sent in place (what pre-release versions, before the sent table, did; tests set some up by hand).
  */
 export async function counts(sql: Sql, table: string): Promise<{ total: number; sent: number; parked: number; pending: number }> {
   const t = qualified(parseTableName(table));

@@ -1,5 +1,5 @@
 // Linger mode (OUTBOX_IDLE=linger): an invocation that found nothing to send waits for new rows
-// until its budget is spent, woken by NOTIFY (migration 003's trigger) or by polling. Real
+// until its budget is spent, woken by NOTIFY (the insert trigger) or by polling. Real
 // Postgres, real broker; the invocations run in-process on a Runtime (a warm container) so the
 // test can write rows while one lingers.
 import assert from 'node:assert/strict';
@@ -260,16 +260,15 @@ describe('linger mode', () => {
   });
 });
 
-describe('migration 003: the insert trigger', () => {
+describe('the insert trigger (linger mode\'s NOTIFY)', () => {
   it('is idempotent, notifies once per transaction, and leaves producers\' inserts unchanged (a role that may only INSERT, the Debezium-shaped insert)', async () => {
     const table = parseTableName(uniqueName('notify'));
     const t = qualified(table);
     await migrate(sql, table);
     // applied twice by hand as well: the SQL itself is idempotent, not only its bookkeeping
-    const m003 = loadMigrations().find((m) => m.version === 3)!;
-    await sql.unsafe(render(m003.sql, table));
+    for (const m of loadMigrations()) await sql.unsafe(render(m.sql, table));
     assert.deepEqual((await migrate(sql, table)).applied, []);
-    // one insert trigger (migration 007 adds two more, on DELETE and UPDATE, that inserts never fire)
+    // one insert trigger (the unwait triggers, on DELETE and UPDATE, inserts never fire)
     const triggers = await sql<{ tgtype: number }[]>`SELECT tgtype FROM pg_trigger WHERE tgrelid = ${t}::regclass AND NOT tgisinternal AND tgname = ${`${table.name}_notify`}`;
     assert.equal(triggers.length, 1, 'one notify trigger');
     // tgtype bit 0 is TRIGGER_TYPE_ROW: a row-level trigger would run pg_notify once per row; bit 2 is INSERT

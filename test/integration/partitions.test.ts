@@ -8,9 +8,8 @@ import { describe, it } from 'node:test';
 import { Deadline } from '../../src/budget.ts';
 import { loadConfig } from '../../src/config.ts';
 import { createPublisher } from '../../src/kafka/clients.ts';
-import type { OutboundMessage } from '../../src/kafka/message.ts';
-import type { Publisher } from '../../src/kafka/publisher.ts';
 import { createLogger } from '../../src/log.ts';
+import type { OutboundMessage, Publisher } from '../../src/loop/ports.ts';
 import { consumeAll, createTopics, DATABASE_URL, KAFKA_BROKERS, uniqueName, type Consumed } from './helpers.ts';
 
 const KEYS = 2_000;

@@ -179,7 +179,7 @@ describe('retention', () => {
       assert.equal(s1.pruned, 0, 'nothing is a day old yet');
       // 10 of them were sent two days ago
       await sql.unsafe(`UPDATE ${sent} SET sent_at = now() - interval '2 days' WHERE id = ANY($1::uuid[])`, [first.slice(0, 10)]);
-      // of 30 more rows, 10 were marked sent in place two days ago (as before migration 005) and
+      // of 30 more rows, 10 were marked sent in place two days ago (as before the sent table) and
       // 5 skipped two days ago; 15 are pending
       const more = await insertEvents(sql, f.table, Array.from({ length: 30 }, (_, i) => ({ aggregateid: `b-${i % 3}` })));
       await sql.unsafe(`UPDATE ${t} SET sent_at = now() - interval '2 days' WHERE id = ANY($1::uuid[])`, [more.slice(0, 10)]);

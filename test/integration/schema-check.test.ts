@@ -9,7 +9,7 @@ import { loadConfig } from '../../src/config.ts';
 import { DatabaseError } from '../../src/errors.ts';
 import { createLogger } from '../../src/log.ts';
 import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
-import { dropOutbox, loadMigrations, migrate } from '../../src/outbox/migrate.ts';
+import { dropOutbox, loadMigrations, migrate, render } from '../../src/outbox/migrate.ts';
 import type { Summary } from '../../src/relay.ts';
 import { Runtime } from '../../src/runtime.ts';
 import { ADMIN_DATABASE_URL, DATABASE_URL, db, fixture, insertEvents, runCli, sentTableOf, topicCount, uniqueName, type Fixture } from './helpers.ts';
@@ -164,14 +164,16 @@ describe('checkTables: the grants the mode needs', () => {
 });
 
 describe('checkTables: the migrations the relay was built for', () => {
-  it('G8: an outbox without the last migration is refused before claiming, naming it and `outbox-relay migrate`; after that command, it relays', async () => {
+  it('G8: an outbox without a migration this relay ships is refused before claiming, naming it and `outbox-relay migrate`; after that command, it relays', async () => {
     const f = await fixture(sql, 'oldschema');
     const table = parseTableName(f.table);
     const shipped = loadMigrations();
     const last = shipped.at(-1)!;
-    // the schema as the version before this one left it
+    // a schema that lacks the relay's last migration: the ones before it and one it does not
+    // know recorded (with a single migration shipped, only the one it does not know)
     await dropOutbox(sql, table);
-    await migrate(sql, table, shipped.slice(0, -1));
+    await migrate(sql, table, [...shipped.slice(0, -1), { version: last.version + 1, name: `${last.version + 1}_from_another_branch.sql`, sql: 'SELECT 1' }]);
+    await sql.unsafe(render(last.sql, table));
     await insertEvents(sql, f.table, [{ aggregateid: 'a' }, { aggregateid: 'b' }]);
     await refused(f.env, [`the outbox table ${qualified(table)} lacks migration ${last.version} (${last.name})`, 'run `outbox-relay migrate`']);
     await untouched(f, 2);

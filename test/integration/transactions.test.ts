@@ -7,10 +7,14 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import postgres, { type Sql } from 'postgres';
 import { Deadline } from '../../src/budget.ts';
+import { loadConfig } from '../../src/config.ts';
+import { BrokerUnavailableError, DatabaseError } from '../../src/errors.ts';
+import { createLogger } from '../../src/log.ts';
 import { migrate } from '../../src/outbox/migrate.ts';
 import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
 import { OutboxStore } from '../../src/outbox/store.ts';
-import { ADMIN_DATABASE_URL, DATABASE_URL, db, insertEvents, sentTableOf, uniqueName } from './helpers.ts';
+import { Runtime } from '../../src/runtime.ts';
+import { ADMIN_DATABASE_URL, DATABASE_URL, consumeAll, db, fixture, insertEvents, sentTableOf, topicCount, uniqueName } from './helpers.ts';
 
 let sql: Sql;
 let admin: Sql;
@@ -182,5 +186,72 @@ describe('G1/G7: a transaction is ended by the server, never by forgetting it', 
     await until('the server ended both backends', () => backendsGone(appName));
     assert.equal(await count(sent), 0, 'no row reached the sent table');
     assert.equal(await count(t), 2);
+  });
+});
+
+describe('G1/G7: every mechanism at once, on the real services', () => {
+  it('G1: retention busy, batches mixing a topic the broker has and one it refuses, a backend of the relay terminated every 150 ms, 12 invocations of one warm Runtime: every row in the sent table is on Kafka after each; once the faults stop, every row of the existing topic is delivered and no transaction is left open', { timeout: 240_000 }, async () => {
+    // 'order' has its topic; 'gone' has none (auto-creation is off): the broker refuses it, the
+    // topic is backed off, its rows stay pending and uncharged, and a batch that held some of them
+    // rolls back to its premark savepoint and moves only the acked rows
+    const f = await fixture(sql, 'tx_all', ['order']);
+    const t = qualified(parseTableName(f.table));
+    const sent = sentTableOf(f.table);
+    const ids = await insertEvents(sql, f.table, Array.from({ length: 3_000 }, (_, i) => ({ aggregateid: `a-${i % 60}`, aggregatetype: i % 60 < 50 ? 'order' : 'gone', payload: { i } })));
+    // retention has work beside the loop: 20,000 rows sent two days ago
+    await sql.unsafe(
+      `INSERT INTO ${sent} (id, aggregatetype, aggregateid, type, payload, seq, created_at, sent_at, attempts)
+       SELECT gen_random_uuid(), 'order', 'old', 'Old', '{}', -g, now() - interval '2 days', now() - interval '2 days', 0 FROM generate_series(1, 20000) g`,
+    );
+    const orderIds = new Set(ids.filter((_, i) => i % 60 < 50));
+    const appName = `relay-${f.table}`;
+    const rt = new Runtime(loadConfig({ ...f.env, OUTBOX_BATCH_SIZE: '50', OUTBOX_CLIENT_ID: appName, OUTBOX_LOG_LEVEL: 'error' }), createLogger('error', {}, () => undefined));
+    // every message on the topic (copies included: G2 allows them), by event id
+    const onKafka = async () => new Set((await consumeAll([f.topic('order')], await topicCount([f.topic('order')]), 60_000)).map((m) => m.headers.id ?? ''));
+    /** every row in the sent table is on Kafka (G1); returns how many are there */
+    const sentRowsOnKafka = async (): Promise<number> => {
+      const moved = await sql.unsafe<{ id: string }[]>(`SELECT id FROM ${sent} WHERE aggregateid <> 'old'`);
+      const published = await onKafka();
+      const missing = moved.filter((r) => !published.has(r.id));
+      assert.equal(missing.length, 0, `${missing.length} rows in the sent table are not on Kafka`);
+      return moved.length;
+    };
+    const failures: string[] = [];
+    let kills = 0;
+    const killer = setInterval(() => {
+      void admin<{ ok: boolean }[]>`SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity WHERE application_name = ${appName}`.then(
+        (rows) => (kills += rows.filter((r) => r.ok).length),
+        () => undefined,
+      );
+    }, 150);
+    try {
+      for (let i = 0; i < 12; i++) {
+        await rt.invoke(3_000).catch((err: unknown) => {
+          // a fault's failure is one of the relay's typed errors, never anything else
+          assert.ok(err instanceof DatabaseError || err instanceof BrokerUnavailableError, `invocation ${i} failed with ${String(err)}`);
+          failures.push((err as Error).message.slice(0, 80));
+        });
+        await sentRowsOnKafka();
+      }
+    } finally {
+      clearInterval(killer);
+    }
+    assert.ok(kills >= 10, `backends were terminated while the relay ran (${kills})`);
+    assert.ok(failures.length >= 1, 'some invocation met a terminated backend');
+
+    // the faults stop: the same warm Runtime delivers the rest
+    try {
+      for (let i = 0; i < 20 && (await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${t} WHERE aggregatetype = 'order'`))[0]!.n > 0; i++) await rt.invoke(10_000);
+      assert.equal(await sentRowsOnKafka(), orderIds.size, 'every order row was moved once');
+      const published = await onKafka();
+      for (const id of orderIds) assert.ok(published.has(id), `order row ${id} is not on Kafka`);
+      const [left] = await sql.unsafe<{ gone: number; charged: number }[]>(`SELECT count(*) FILTER (WHERE aggregatetype = 'gone')::int AS gone, count(*) FILTER (WHERE attempts > 0)::int AS charged FROM ${t}`);
+      assert.deepEqual(left, { gone: 500, charged: 0 }, "the refused topic's rows stay pending, none charged");
+      assert.equal(await count(`${sent} WHERE aggregateid = 'old'`), 0, 'retention pruned the old rows');
+      const [open] = await admin<{ n: number }[]>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = ${appName} AND state LIKE 'idle in transaction%'`;
+      assert.equal(open!.n, 0, 'no transaction of the relay is left open (G7)');
+    } finally {
+      await rt.close();
+    }
   });
 });

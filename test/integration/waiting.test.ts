@@ -1,4 +1,4 @@
-// Waiting marks (migration 004): rows behind a blocking row of their aggregate (backing off, or
+// Waiting marks: rows behind a blocking row of their aggregate (backing off, or
 // parked under the hold policy) leave the claim index, so claims do not read them again and again;
 // the marks follow the blocking rows (a failure marks, a send, retry or skip clears) and every
 // invocation tidies what changed behind its back. Order (G4) must hold whatever the marks say.
@@ -79,7 +79,7 @@ describe('waiting marks', () => {
     ['deleted', 'DELETE FROM {t} WHERE seq = $1'],
     ['reset to attempts 0', "UPDATE {t} SET attempts = 0, next_attempt_at = '-infinity' WHERE seq = $1"],
   ] as const) {
-    it(`a blocking row ${how} by hand, mid-invocation: the marks behind it go in the same statement (migration 007), so the next claim takes its aggregate's rows in order (G4)`, async () => {
+    it(`a blocking row ${how} by hand, mid-invocation: the marks behind it go in the same statement (the unwait trigger), so the next claim takes its aggregate's rows in order (G4)`, async () => {
       const f = await fixture(sql, 'wait_hand');
       const { t, blockingSeq } = await blockedAggregate(f.table);
       const store = new OutboxStore(sql, parseTableName(f.table), 'hold');

@@ -10,12 +10,12 @@ import { randomBytes } from 'node:crypto';
 import { appendFileSync } from 'node:fs';
 import postgres, { type ReservedSql, type Sql } from 'postgres';
 import { Deadline } from '../../src/budget.ts';
-import { loadConfig, type Config, type ParkedPolicy } from '../../src/config.ts';
+import { loadConfig, type Config } from '../../src/config.ts';
+import type { OutboxRow, ParkedPolicy } from '../../src/domain.ts';
 import { BrokerUnavailableError, DatabaseError, MessageRejectedError, RelayError } from '../../src/errors.ts';
-import type { OutboundMessage } from '../../src/kafka/message.ts';
-import type { PublishOutcome, Publisher } from '../../src/kafka/publisher.ts';
+import { toMessage, tooLarge } from '../../src/kafka/message.ts';
 import { createLogger } from '../../src/log.ts';
-import type { BatchTransaction, InsertWatch, NothingClaimable, PruneTarget, Store } from '../../src/loop/ports.ts';
+import type { BatchTransaction, InsertWatch, NothingClaimable, OutboundMessage, PruneTarget, PublishOutcome, Publisher, Store } from '../../src/loop/ports.ts';
 import { retryParked, skipParked } from '../../src/outbox/admin.ts';
 import { parseTableName, qualified, sentTable, type TableName } from '../../src/outbox/identifier.ts';
 import { dropOutbox, migrate } from '../../src/outbox/migrate.ts';
@@ -393,6 +393,14 @@ class ModelPublisher implements Publisher {
     private readonly policy: ParkedPolicy,
     private readonly atPublish: (call: number) => Promise<void>,
   ) {}
+
+  toMessage(row: OutboxRow, topicTemplate: string): OutboundMessage {
+    return toMessage(row, topicTemplate);
+  }
+
+  tooLarge(m: OutboundMessage, limitBytes: number): MessageRejectedError | undefined {
+    return tooLarge(m, limitBytes);
+  }
 
   maxMessageBytes(): Promise<number> {
     return Promise.resolve(1_000_000);

@@ -56,7 +56,7 @@
 import { after, before, describe, it } from 'node:test';
 import fc from 'fast-check';
 import postgres, { type Sql } from 'postgres';
-import type { ParkedPolicy } from '../../src/config.ts';
+import type { ParkedPolicy } from '../../src/domain.ts';
 import { ADMIN_DATABASE_URL, DATABASE_URL, runScenario, terminateLeftovers, uncaught, type Action, type Fault, type InvocationSpec, type InvokeStep, type Outcome, type Scenario, type Step } from './model-harness.ts';
 
 const env = process.env;

@@ -55,7 +55,7 @@ describe('identifiers', () => {
     assert.ok(x.name.length <= 63 && y.name.length <= 63, `${x.name} ${y.name}`);
     assert.notEqual(x.name, y.name);
     assert.match(x.name, /_sent$/);
-    const sql = render(loadMigrations().find((m) => m.version === 5)!.sql, parseTableName('app.events'));
+    const sql = render(loadMigrations()[0]!.sql, parseTableName('app.events'));
     assert.match(sql, /CREATE TABLE IF NOT EXISTS "app"\."events_sent"/);
     assert.match(sql, /CREATE INDEX IF NOT EXISTS "events_sent_sent_at_idx" ON "app"\."events_sent" \(sent_at\)/);
   });

@@ -68,12 +68,12 @@ const ROOMY_DEADLINE_MS = 5_000;
 
 // Linger mode (src/loop/idle.ts). A lingering run lasts about its deadline in real time, so these
 // runs are few and short: 1 000-1 300 ms budgets, of which the loop keeps the last batch's
-// reserve (relay.ts: 2 × max(50 ms, slowest recent batch) + MARK_RESERVE_MS = 500 ms, so at
+// reserve (src/budget.ts BUDGET: 2 × max(50 ms, slowest recent batch) + markReserveMs = 500 ms, so at
 // least 600 ms) for the batch a wake-up may start; the few hundred ms before that are the wait.
 // Below RECLAIM_MS, so no periodic claim: every wake-up after the first LISTEN is a NOTIFY's or a
 // probe's.
 const LINGER_DEADLINE_MS = { min: 1_000, max: 1_300 };
-/** relay.ts: BatchTimer's floor and MARK_RESERVE_MS; the reserve is 2 × max(floor, slowest batch) + MARK_RESERVE_MS */
+/** src/budget.ts BUDGET's batchFloorMs and markReserveMs; the reserve is batchesReserved (2) × max(floor, slowest batch) + markReserveMs */
 const BATCH_FLOOR_MS = 50;
 const MARK_RESERVE_MS = 500;
 const MIN_RESERVE_MS = 2 * BATCH_FLOOR_MS + MARK_RESERVE_MS;

@@ -1,7 +1,9 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { topicFor, type OutboxRow } from '../../src/domain.ts';
 import { MessageRejectedError } from '../../src/errors.ts';
-import { BATCH_OVERHEAD_BYTES, compressionSlack, encodedSize, recordBytes, splitBySize, toMessage, topicFor, type OutboundMessage, type OutboxRow } from '../../src/kafka/message.ts';
+import { BATCH_OVERHEAD_BYTES, compressionSlack, encodedSize, recordBytes, splitBySize, toMessage } from '../../src/kafka/message.ts';
+import type { OutboundMessage } from '../../src/loop/ports.ts';
 
 const row: OutboxRow = {
   seq: '7',

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { encodedSize, toMessage, type OutboxRow } from '../../src/kafka/message.ts';
+import type { OutboxRow } from '../../src/domain.ts';
+import { encodedSize, toMessage, tooLarge } from '../../src/kafka/message.ts';
 import { planBatch, topicsToSend, type PlanContext } from '../../src/loop/plan.ts';
 import { settle } from '../../src/loop/settlement.ts';
 import { MessageRejectedError } from '../../src/errors.ts';
@@ -10,7 +11,9 @@ function row(aggregateid: string, over: Partial<OutboxRow> = {}): OutboxRow {
   seq++;
   return { seq: String(seq), id: `id-${seq}`, aggregatetype: 'order', aggregateid, type: 'T', payload: '{}', topic: null, headers: null, attempts: 0, ...over };
 }
-const ctx = (over: Partial<PlanContext> = {}): PlanContext => ({ topicTemplate: 'e.{aggregatetype}', limits: new Map(), backedOff: new Set(), ...over });
+/** the Kafka publisher's MessageFormat (ProducerPublisher's) */
+const format = { toMessage, tooLarge };
+const ctx = (over: Partial<PlanContext> = {}): PlanContext => ({ format, topicTemplate: 'e.{aggregatetype}', limits: new Map(), backedOff: new Set(), ...over });
 const seqs = (xs: Array<{ seq: string }>) => xs.map((x) => x.seq);
 
 describe('planBatch', () => {
@@ -58,7 +61,7 @@ describe('planBatch', () => {
 
   it('topicsToSend lists the legal, not backed-off topics', () => {
     const rows = [row('a'), row('b', { topic: 'bad topic!' }), row('c', { topic: 'x' }), row('d', { topic: 'gone' }), row('e')];
-    assert.deepEqual(topicsToSend(rows, 'e.{aggregatetype}', new Set(['gone'])).sort(), ['e.order', 'x']);
+    assert.deepEqual(topicsToSend(rows, format, 'e.{aggregatetype}', new Set(['gone'])).sort(), ['e.order', 'x']);
   });
 });
 

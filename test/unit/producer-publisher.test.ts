@@ -6,9 +6,9 @@ import { describe, it } from 'node:test';
 import { Deadline } from '../../src/budget.ts';
 import { loadConfig } from '../../src/config.ts';
 import { DeadlineExceededError } from '../../src/errors.ts';
-import type { OutboundMessage } from '../../src/kafka/message.ts';
 import { ProducerPublisher, type ClientProducer, type KafkaClient } from '../../src/kafka/producer-publisher.ts';
 import { createLogger } from '../../src/log.ts';
+import type { OutboundMessage } from '../../src/loop/ports.ts';
 
 const config = loadConfig({ DATABASE_URL: 'postgres://u:p@127.0.0.1:5432/db', KAFKA_BROKERS: '127.0.0.1:9092', OUTBOX_MAX_MESSAGE_BYTES: '100000' });
 

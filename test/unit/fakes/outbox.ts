@@ -1,4 +1,4 @@
-// In-memory fakes of the invocation loop's ports (src/loop/ports.ts, src/kafka/publisher.ts) for
+// In-memory fakes of the invocation loop's ports (src/loop/ports.ts: Store, Publisher) for
 // the model-based tests (test/unit/loop.model.test.ts). One World holds the outbox table, the
 // server's transactions and connections, the locks, the broker's acks and the fault plan;
 // FakeStore/FakeTx copy the semantics of OutboxStore/BatchTx (their states, the connection's
@@ -40,7 +40,7 @@
 // - a hung database statement: raced against the transaction's deadline like OutboxStore.bounded.
 // - linger mode: producers committing rows while the invocation runs, by real timers (lateRows)
 //   or just before a given operation (racingRows); each commit NOTIFYs every LISTENer at once
-//   (migration 003's statement-level trigger, one notification per commit); the probe
+//   (the insert trigger, statement-level, one notification per commit); the probe
 //   (newestPendingSql) on the table as it is; LISTEN on a connection of its own (watchInserts),
 //   refused, hung, slow, or lost just before an insert, whose notification is lost with it.
 //
@@ -55,10 +55,10 @@
 // before a slower producer's (rows commit in seq order here).
 import { Deadline } from '../../../src/budget.ts';
 import { BrokerUnavailableError, DatabaseError, DeadlineExceededError, MessageRejectedError } from '../../../src/errors.ts';
+import type { OutboxRow } from '../../../src/domain.ts';
 import { classifySendError } from '../../../src/kafka/classify.ts';
-import type { OutboundMessage } from '../../../src/kafka/message.ts';
-import type { PublishOutcome, Publisher } from '../../../src/kafka/publisher.ts';
-import type { BatchTransaction, ClaimFilter, ClaimedRow, InsertWatch, NothingClaimable, PruneTarget, Store } from '../../../src/loop/ports.ts';
+import { toMessage, tooLarge } from '../../../src/kafka/message.ts';
+import type { BatchTransaction, ClaimFilter, ClaimedRow, InsertWatch, NothingClaimable, OutboundMessage, PruneTarget, PublishOutcome, Publisher, Store } from '../../../src/loop/ports.ts';
 import type { Failure } from '../../../src/loop/settlement.ts';
 
 /** A promise that never settles: what every operation of a dead process returns. Holds no handle. */
@@ -234,7 +234,7 @@ export class World {
   private readonly death = Promise.withResolvers<void>();
   private readonly calls = new Map<string, number>();
 
-  /** LISTENers (watchInserts): told of every insert, like migration 003's trigger at COMMIT */
+  /** LISTENers (watchInserts): told of every insert, like the insert trigger at COMMIT */
   readonly listeners = new Set<() => void>();
   /** when each row was committed (ms after the world began): the late rows' deadline check */
   readonly insertedAt = new Map<number, number>();
@@ -1339,6 +1339,15 @@ export class FakePublisher implements Publisher {
     /** the store, to tell a batch whose transaction a closed connection ended under the loop (it learns at its next statement) */
     private readonly store?: FakeStore,
   ) {}
+
+  /** rows become messages as ProducerPublisher's do */
+  toMessage(row: OutboxRow, topicTemplate: string): OutboundMessage {
+    return toMessage(row, topicTemplate);
+  }
+
+  tooLarge(m: OutboundMessage, limitBytes: number): MessageRejectedError | undefined {
+    return tooLarge(m, limitBytes);
+  }
 
   async maxMessageBytes(topic: string, _deadline: Deadline): Promise<number> {
     const w = this.w;

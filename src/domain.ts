@@ -1,0 +1,75 @@
+// What the relay's two sides share: the outbox row, where a row is published (topic routing), the
+// table's name, what parked rows do to their aggregate, and the broker's credentials. The database
+// side (src/outbox/), the Kafka side (src/kafka/), the loop (src/relay.ts, src/loop/) and the
+// configuration all take these from here, so neither side needs the other. Depends on nothing.
+
+/** One row of the outbox table, as the claim returns it. */
+export interface OutboxRow {
+  seq: string;
+  id: string;
+  aggregatetype: string;
+  aggregateid: string;
+  type: string;
+  /** payload as JSON text, or null */
+  payload: string | null;
+  topic: string | null;
+  headers: Record<string, unknown> | null;
+  attempts: number;
+}
+
+// Topic routing: a row's own `topic`, else the template (OUTBOX_TOPIC_TEMPLATE) with each
+// placeholder replaced by the row's column of that name. The claim routes rows the same way in SQL
+// (src/outbox/sql.ts) to leave backed-off topics out.
+
+/** The placeholders a topic template may use, in the order they are replaced. */
+export const TOPIC_PLACEHOLDERS = ['aggregatetype', 'type'] as const;
+
+export function topicFor(row: Pick<OutboxRow, 'aggregatetype' | 'type' | 'topic'>, template: string): string {
+  if (row.topic) return row.topic;
+  return TOPIC_PLACEHOLDERS.reduce((topic, column) => topic.replaceAll(`{${column}}`, row[column]), template);
+}
+
+/** The placeholders of `template` that topicFor does not replace, without their braces. */
+export function unknownPlaceholders(template: string): string[] {
+  const known: readonly string[] = TOPIC_PLACEHOLDERS;
+  return [...template.matchAll(/\{([^}]*)\}/g)].map((m) => m[1] ?? '').filter((p) => !known.includes(p));
+}
+
+/**
+ * A table name from configuration (OUTBOX_TABLE). Identifiers cannot be bound as query parameters,
+ * so a name is accepted only if it is a plain (optionally schema-qualified) identifier; the
+ * database side always writes it double-quoted (src/outbox/identifier.ts).
+ */
+export interface TableName {
+  schema: string | undefined;
+  name: string;
+}
+
+const IDENT = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
+
+export function parseTableName(raw: string): TableName {
+  const parts = raw.split('.');
+  if (parts.length > 2 || !parts.every((p) => IDENT.test(p))) {
+    throw new Error(
+      `${JSON.stringify(raw)} is not a valid table name; expected an identifier such as outbox or app.outbox ` +
+        '(letters, digits and underscores, starting with a letter or underscore, at most 63 characters per part)',
+    );
+  }
+  return parts.length === 2 ? { schema: parts[0], name: parts[1]! } : { schema: undefined, name: parts[0]! };
+}
+
+/**
+ * What a parked row does to the later rows of its aggregate (OUTBOX_PARKED_POLICY): `hold` holds
+ * them back (order kept); `skip` lets them pass it (flow kept, order broken for that aggregate).
+ */
+export const PARKED_POLICIES = ['hold', 'skip'] as const;
+export type ParkedPolicy = (typeof PARKED_POLICIES)[number];
+
+export type SaslMechanism = 'plain' | 'scram-sha-256' | 'scram-sha-512';
+
+/** Kafka SASL credentials, as the Kafka secret holds them (src/secrets.ts reads them). */
+export interface KafkaCredentials {
+  username: string;
+  password: string;
+  mechanism: SaslMechanism;
+}
