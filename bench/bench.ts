@@ -23,13 +23,14 @@ import { toMessage } from '../src/kafka/message.ts';
 import { createLogger } from '../src/log.ts';
 import { parseTableName, qualified } from '../src/outbox/identifier.ts';
 import { dropOutbox, migrate } from '../src/outbox/migrate.ts';
-import { OutboxStore, SENT_ROWS_MODES, type SentRowsMode } from '../src/outbox/store.ts';
+import { OutboxStore } from '../src/outbox/store.ts';
 import { runInvocation } from '../src/relay.ts';
 import { CpuMeter, parentPid, type CpuSample } from './cpu.ts';
 import { DebeziumPeer, type PeerCpu } from './debezium/peer.ts';
 import { peerReport } from './debezium/report.ts';
 import { benchMarks } from './marks.ts';
-import { benchBurst, benchSustained, type RetentionBenchContext } from './retention.ts';
+import { benchBurst, benchSustained, SENT_ROWS_WAYS, type RetentionBenchContext, type SentRowsWay } from './retention.ts';
+import { UnguardedStore } from './stores.ts';
 import { addWaitingRows, WAITING_ROWS, type WaitingKind } from './waiting.ts';
 
 const { Kafka, logLevel } = kafkajs;
@@ -227,7 +228,8 @@ async function benchProducer(client: KafkaClientName): Promise<Result> {
 async function benchSql(guard: boolean, sentRows: 'keep' | 'delete' = 'keep', waiting?: WaitingKind): Promise<Result> {
   const { table } = await prepare(`sql${guard ? 'guard' : 'plain'}${sentRows}${waiting ?? ''}`, waiting && ((t) => addWaitingRows(sql, t, waiting, pad)));
   const config = loadConfig({ ...env, OUTBOX_TABLE: table });
-  const store = new OutboxStore(sql, config.outbox.table, config.outbox.parkedPolicy, { guard, sentRows });
+  // without the guard: the relay's store with the plain SKIP LOCKED claim (bench/sql.ts)
+  const store = new (guard ? OutboxStore : UnguardedStore)(sql, config.outbox.table, config.outbox.parkedPolicy, { sentRows });
   const deadline = new Deadline(Date.now() + 600_000);
   let note: string | undefined;
   if (waiting) {
@@ -275,13 +277,13 @@ function median(results: Result[]): Result & { min: number; max: number } {
   return { ...mid, min: sorted[0]!.perSec, max: sorted[sorted.length - 1]!.perSec };
 }
 
-function sentRowsModes(list: string): SentRowsMode[] {
+function sentRowsModes(list: string): SentRowsWay[] {
   const modes = list.split(',').map((m) => m.trim()).filter(Boolean);
   for (const m of modes) {
-    if (!(SENT_ROWS_MODES as readonly string[]).includes(m)) throw new Error(`--sent-rows: unknown way '${m}'; one or more of ${SENT_ROWS_MODES.join(', ')}, comma-separated`);
+    if (!(SENT_ROWS_WAYS as readonly string[]).includes(m)) throw new Error(`--sent-rows: unknown way '${m}'; one or more of ${SENT_ROWS_WAYS.join(', ')}, comma-separated`);
   }
-  if (modes.length === 0) throw new Error(`--sent-rows: name one or more of ${SENT_ROWS_MODES.join(', ')}`);
-  return modes as SentRowsMode[];
+  if (modes.length === 0) throw new Error(`--sent-rows: name one or more of ${SENT_ROWS_WAYS.join(', ')}`);
+  return modes as SentRowsWay[];
 }
 
 function retentionContext(): RetentionBenchContext {

@@ -2,14 +2,16 @@
 // recording it. The relay's claim and mark rate (sqlGuarded) shows only the batch transaction; a
 // mark also leaves work behind: the dead row versions vacuum must clear, and the rows retention
 // must later delete. So each option relays the same N rows through the relay's own claim and its
-// statement for that option (src/outbox/sql.ts), then VACUUMs, then prunes everything through the
-// relay's retention statements and VACUUMs again. Autovacuum is off on these tables so that each
-// phase pays for its own cleanup. Per row: Postgres CPU (every backend, from /proc) and WAL bytes.
+// statement for that option (src/outbox/sql.ts; the in-place mark: bench/sql.ts), then VACUUMs,
+// then prunes everything through the relay's retention statements and VACUUMs again. Autovacuum is
+// off on these tables so that each phase pays for its own cleanup. Per row: Postgres CPU (every
+// backend, from /proc) and WAL bytes.
 import type { Sql } from 'postgres';
 import { parseTableName, qualified, sentTable } from '../src/outbox/identifier.ts';
 import * as q from '../src/outbox/sql.ts';
 import type { PruneTarget } from '../src/loop/ports.ts';
 import { CpuMeter } from './cpu.ts';
+import { markInPlaceSql } from './sql.ts';
 
 export interface MarksBenchContext {
   sql: Sql;
@@ -35,7 +37,7 @@ const OPTIONS: Option[] = [
   {
     label: 'mark in place (UPDATE sent_at)',
     why: 'keep mode before the sent table',
-    mark: (t) => q.markInPlaceSql(t),
+    mark: (t) => markInPlaceSql(t),
     prune: ['legacy-sent'],
   },
   {

@@ -15,11 +15,19 @@ import { loadConfig } from '../src/config.ts';
 import type { Logger } from '../src/log.ts';
 import { parseTableName, qualified, sentTable } from '../src/outbox/identifier.ts';
 import { dropOutbox, migrate } from '../src/outbox/migrate.ts';
-import { OutboxStore, type SentRowsMode } from '../src/outbox/store.ts';
+import { OutboxStore } from '../src/outbox/store.ts';
 import type { Summary } from '../src/relay.ts';
 import { Runtime } from '../src/runtime.ts';
 import { CpuMeter, type CpuSample } from './cpu.ts';
 import type { ProducerWorkerData } from './producer-worker.ts';
+import { MarkInPlaceStore, RuntimeWith } from './stores.ts';
+
+/**
+ * The ways of recording sent rows the sustained run compares (--sent-rows): OUTBOX_SENT_ROWS's two,
+ * and `mark-in-place`, how pre-release versions marked a row (bench/sql.ts markInPlaceSql).
+ */
+export const SENT_ROWS_WAYS = ['keep', 'delete', 'mark-in-place'] as const;
+export type SentRowsWay = (typeof SENT_ROWS_WAYS)[number];
 
 export interface RetentionBenchContext {
   /** the bench's own client (producer, sampler, claims), not the relay's */
@@ -51,7 +59,7 @@ export interface SustainedOptions {
    * order (--sent-rows keep,mark-in-place: the move against the in-place mark of pre-release
    * versions, in one run, since the machine's speed drifts by the hour)
    */
-  sentRows: SentRowsMode[];
+  sentRows: SentRowsWay[];
 }
 
 const SAMPLE_MS = 10_000;
@@ -83,7 +91,7 @@ async function dropTable(ctx: RetentionBenchContext, table: string, topic: strin
   await admin.disconnect();
 }
 
-function runtimeFor(ctx: RetentionBenchContext, table: string, topic: string, retainMs: number, marginMs: number, sentRows: SentRowsMode = 'keep'): Runtime {
+function runtimeFor(ctx: RetentionBenchContext, table: string, topic: string, retainMs: number, marginMs: number, sentRows: SentRowsWay = 'keep'): Runtime {
   const config = loadConfig({
     ...ctx.env,
     OUTBOX_TABLE: table,
@@ -95,8 +103,8 @@ function runtimeFor(ctx: RetentionBenchContext, table: string, topic: string, re
     // its own application_name: tests that terminate the relay's backends by name leave it alone
     OUTBOX_CLIENT_ID: 'outbox-relay-bench',
   });
-  // the in-place mark is no configuration any more: the store takes it from the bench
-  return new Runtime(config, ctx.logger, undefined, sentRows === 'mark-in-place' ? { sentRows } : {});
+  // the in-place mark is no configuration any more: the bench's store marks so, in keep mode (bench/stores.ts)
+  return sentRows === 'mark-in-place' ? new RuntimeWith(MarkInPlaceStore, config, ctx.logger) : new Runtime(config, ctx.logger);
 }
 
 /** The application, in a worker thread (bench/producer-worker.ts): 500-row transactions whenever fewer than `target` rows are pending. */
@@ -170,7 +178,7 @@ interface Sample {
  * counts through the claim and sent_at indexes, the rest is pg_stat_user_tables (flushed by each
  * backend at most once a second). An exact count(*) of a 2 GB table took ~1 s of a core per sample.
  */
-async function sample(ctx: RetentionBenchContext, table: string, sentRows: SentRowsMode, retainMs: number, inserted: number, elapsedS: number, previous: Sample | undefined): Promise<Sample> {
+async function sample(ctx: RetentionBenchContext, table: string, sentRows: SentRowsWay, retainMs: number, inserted: number, elapsedS: number, previous: Sample | undefined): Promise<Sample> {
   const t = qualified(parseTableName(table));
   const sent = qualified(sentTable(parseTableName(table)));
   const started = performance.now();
@@ -252,7 +260,7 @@ interface LoadRun {
  * remaining time (EventBridge's minute and the Lambda timeout, compressed), the next one at the
  * next tick (late when the previous ran past it, as an overlapping tick would have started).
  */
-async function loadRun(ctx: RetentionBenchContext, name: string, label: string, seconds: number, retainMs: number, o: SustainedOptions, sentRows: SentRowsMode): Promise<LoadRun> {
+async function loadRun(ctx: RetentionBenchContext, name: string, label: string, seconds: number, retainMs: number, o: SustainedOptions, sentRows: SentRowsWay): Promise<LoadRun> {
   const { table, t, topic } = await freshTable(ctx, name);
   const periodMs = o.invokeSeconds * 1000;
   const runtime = runtimeFor(ctx, table, topic, retainMs, marginFor(periodMs), sentRows);
@@ -369,7 +377,7 @@ export async function benchSustained(ctx: RetentionBenchContext, o: SustainedOpt
   process.stderr.write(
     `sustained: ${seconds} s with retention ${o.retainSeconds} s (after a ${o.baselineSeconds} s baseline without), ${o.invokeSeconds} s invocations (safety margin ${marginFor(o.invokeSeconds * 1000)} ms), ${o.producers} producer connections, batch ${ctx.batch}, ~${ctx.payloadBytes}-byte payloads, ${ctx.aggregates} aggregates; sent rows: ${o.sentRows.join(', then ')}\n`,
   );
-  const results: Array<[SentRowsMode, SustainedResult]> = [];
+  const results: Array<[SentRowsWay, SustainedResult]> = [];
   for (const mode of o.sentRows) results.push([mode, await sustainedOnce(ctx, o, seconds, mode)]);
   if (results.length === 1) return { sentRows: results[0]![0], ...results[0]![1] };
   // the ways side by side, each against the first named
@@ -407,7 +415,7 @@ interface SustainedResult {
 }
 
 /** One way of recording sent rows: the baseline without retention, then the main run with it. */
-async function sustainedOnce(ctx: RetentionBenchContext, o: SustainedOptions, seconds: number, sentRows: SentRowsMode): Promise<SustainedResult> {
+async function sustainedOnce(ctx: RetentionBenchContext, o: SustainedOptions, seconds: number, sentRows: SentRowsWay): Promise<SustainedResult> {
   const tag = o.sentRows.length > 1 ? ` (${sentRows})` : '';
   // table names: bench_<name>_<run>; one name per mode, each table dropped at the end of its run
   const short = { keep: '', delete: 'del', 'mark-in-place': 'inpl' }[sentRows];

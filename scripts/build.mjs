@@ -4,6 +4,9 @@
 //   node scripts/build.mjs --lambda-only  → the Lambda bundle and zip only (what scripts/package.sh needs;
 //                                           a dist/cli.js left behind would shadow src/cli.ts for
 //                                           bin/outbox-relay.js while developing)
+//   node scripts/build.mjs --test-hooks   → .build/relay-test-hooks/handler.mjs(.map) only: the Lambda
+//                                           bundle with the test hooks on, never zipped (for
+//                                           test/integration/lambda-runtime.test.ts)
 //
 // Decisions, so nobody has to rediscover them:
 // - One ESM file per entry, platform node, target node24 (the Lambda runtime and our pinned Node).
@@ -24,6 +27,10 @@
 //   the alias below makes the bundle use that one.
 // - The zip is reproducible: fixed entry order, fixed timestamps and modes, so an unchanged
 //   bundle gives a byte-identical zip and CloudFormation sees no code change.
+// - The test hooks (src/test-hooks.ts: OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS) are compiled out of every
+//   build: `define` makes __OUTBOX_TEST_HOOKS__ false, so their code is dead and removed, and no
+//   setting of a deployed function can turn one on. Only --test-hooks builds them in, into a
+//   directory of its own that nothing zips or packages.
 import { build } from 'esbuild';
 import { createWriteStream, existsSync } from 'node:fs';
 import { mkdir, readdir, readFile, rm, stat } from 'node:fs/promises';
@@ -33,6 +40,7 @@ import yazl from 'yazl';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const outDir = join(root, '.build', 'relay');
+const testHooksDir = join(root, '.build', 'relay-test-hooks');
 const zipPath = join(root, '.build', 'relay.zip');
 const handlerEntry = join(root, 'src', 'handler.ts');
 const cliEntry = join(root, 'src', 'cli.ts');
@@ -79,6 +87,7 @@ const common = {
   logLevel: 'warning',
   metafile: true,
   alias: { '@platformatic/wasm-utils': '@platformatic/wasm-utils/bundled' },
+  define: { __OUTBOX_TEST_HOOKS__: 'false' },
 };
 
 async function zipDirectory(files, target) {
@@ -102,12 +111,26 @@ async function main() {
   if (!existsSync(handlerEntry)) {
     throw new Error(`cannot build the Lambda bundle: ${handlerEntry} does not exist`);
   }
-  await rm(outDir, { recursive: true, force: true });
-  await rm(zipPath, { force: true });
-  await mkdir(outDir, { recursive: true });
   const migrations = await readMigrations();
   const embed = migrations.length ? `\nglobalThis.__OUTBOX_MIGRATIONS__ = ${JSON.stringify(migrations)};` : '';
   const banner = { js: runtimeBanner + embed };
+
+  if (process.argv.includes('--test-hooks')) {
+    await rm(testHooksDir, { recursive: true, force: true });
+    await build({
+      ...common,
+      define: { __OUTBOX_TEST_HOOKS__: 'true' },
+      banner,
+      entryPoints: [handlerEntry],
+      outfile: join(testHooksDir, 'handler.mjs'),
+    });
+    console.log(`test bundle    .build/relay-test-hooks/handler.mjs  ${kb((await stat(join(testHooksDir, 'handler.mjs'))).size)} (test hooks on; not for deployment)`);
+    return;
+  }
+
+  await rm(outDir, { recursive: true, force: true });
+  await rm(zipPath, { force: true });
+  await mkdir(outDir, { recursive: true });
 
   const lambda = await build({
     ...common,
@@ -115,6 +138,9 @@ async function main() {
     entryPoints: [handlerEntry],
     outfile: join(outDir, 'handler.mjs'),
   });
+  // what the define promises, checked on the bundle: no test hook's setting or code is left in it
+  const leaked = (await readFile(join(outDir, 'handler.mjs'), 'utf8')).match(/OUTBOX_TEST_\w*|test hook: [^"'`]*/);
+  if (leaked) throw new Error(`the Lambda bundle still holds a test hook (${leaked[0]}): guard it as src/test-hooks.ts says`);
   const inputs = Object.keys(lambda.metafile.inputs).filter((p) => !p.startsWith('src/'));
   const packages = new Set(inputs.map((p) => p.match(/node_modules\/((?:@[^/]+\/)?[^/]+)/)?.[1]).filter(Boolean));
 

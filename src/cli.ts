@@ -24,7 +24,7 @@ commands:
   parked retry <id>... | --all     put parked rows back to pending (attempts reset)
   parked skip <id>...              never send these rows (kept for audit)
 
-configuration comes from the environment: see the README's Configuration table.`;
+configuration comes from the environment: see docs/configuration.md (every variable).`;
 
 function lambdaContext(timeoutMs: number, functionName: string): Context {
   const deadline = Date.now() + timeoutMs;

@@ -4,6 +4,7 @@ import { BUDGET } from './budget.ts';
 import { PARKED_POLICIES, TOPIC_PLACEHOLDERS, parseTableName, unknownPlaceholders, type ParkedPolicy, type TableName } from './domain.ts';
 import { ConfigError } from './errors.ts';
 import type { Level } from './log.ts';
+import { TEST_HOOKS } from './test-hooks.ts';
 
 export const KAFKA_CLIENTS = ['kafkajs', 'platformatic'] as const;
 export type KafkaClientName = (typeof KAFKA_CLIENTS)[number];
@@ -71,7 +72,7 @@ export interface Config {
      */
     metrics: 'stdout' | 'stderr' | 'off';
   };
-  /** test-only fault injection: pause this long after the broker acked a batch, before its marks commit */
+  /** test-only fault injection: pause this long after the broker acked a batch, before its marks commit; 0 in a build (src/test-hooks.ts) */
   testPauseAfterPublishMs: number;
 }
 
@@ -128,7 +129,7 @@ export function loadConfig(env: Env = process.env): Config {
     outbox: outboxConfig(read, database.prepare),
     logLevel: read.oneOf('OUTBOX_LOG_LEVEL', ['debug', 'info', 'warn', 'error'] as const, 'info'),
     telemetry: telemetryConfig(read),
-    testPauseAfterPublishMs: read.int('OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS', 0, 0, 3_600_000),
+    testPauseAfterPublishMs: TEST_HOOKS ? read.int('OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS', 0, 0, 3_600_000) : 0,
   };
   if (read.problems.length) throw new ConfigError(read.problems);
   return config;

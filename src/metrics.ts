@@ -8,7 +8,7 @@
 // the loop (src/outbox/admin.ts `backlog`): the age of the oldest pending row and the number of
 // pending and parked rows. That read is bounded (about a second, and never past the Lambda
 // deadline) and never fails the invocation: when it cannot be made, it is logged and those
-// metrics are left out of this record. README "Metrics and alarms" lists every metric.
+// metrics are left out of this record. docs/operations.md, "Metrics", lists every metric.
 import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
 import type middy from '@middy/core';
 import type { Context, ScheduledEvent } from 'aws-lambda';

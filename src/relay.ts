@@ -18,6 +18,7 @@ import { Retention } from './loop/retention.ts';
 import type { BatchTransaction, ClaimedRow, PublishOutcome, Publisher, Store } from './loop/ports.ts';
 import { settle, type Settlement } from './loop/settlement.ts';
 import { finish, newSummary, timed, type StopReason, type Summary } from './loop/summary.ts';
+import { TEST_HOOKS } from './test-hooks.ts';
 
 export type { StopReason, Summary };
 
@@ -26,7 +27,7 @@ export interface RelayDeps {
   publisher: Publisher;
   config: Config['outbox'];
   logger: Logger;
-  /** test-only: pause after the broker acked a batch, before its marks commit (crash window) */
+  /** test-only: pause after the broker acked a batch, before its marks commit (crash window); none in a build (src/test-hooks.ts) */
   pauseAfterPublishMs?: number;
   random?: () => number;
 }
@@ -310,11 +311,13 @@ class Invocation {
 
   private async testPause(outcome: PublishOutcome): Promise<void> {
     const pauseMs = this.deps.pauseAfterPublishMs;
-    if (!pauseMs || outcome.acked.length === 0) return;
-    // the previous batch's COMMIT is on the wire, its answer not yet read: a kill here is the
-    // crash that G2's second test needs
-    this.deps.logger.warn('test hook: pausing after publish, before marks commit', { pauseMs, acked: outcome.acked.length });
-    await new Promise((r) => setTimeout(r, pauseMs));
+    // compiled out of every build (src/test-hooks.ts)
+    if (TEST_HOOKS && pauseMs && outcome.acked.length > 0) {
+      // the previous batch's COMMIT is on the wire, its answer not yet read: a kill here is the
+      // crash that G2's second test needs
+      this.deps.logger.warn('test hook: pausing after publish, before marks commit', { pauseMs, acked: outcome.acked.length });
+      await new Promise((r) => setTimeout(r, pauseMs));
+    }
   }
 
   /**

@@ -26,8 +26,6 @@ export class Runtime {
     readonly config: Config,
     readonly logger: Logger,
     secrets?: SecretSource,
-    /** the benches' comparisons only: store options over those the configuration gives */
-    private readonly storeOverrides: StoreOptions = {},
   ) {
     this.secrets = secrets ?? new SecretsManagerSource();
     this.prepare = config.database.prepare;
@@ -126,12 +124,13 @@ export class Runtime {
 
   async outboxStore(refresh = false, deadline?: Deadline): Promise<OutboxStore> {
     const sql = await this.database(refresh, deadline);
-    this.store ??= new OutboxStore(sql, this.config.outbox.table, this.config.outbox.parkedPolicy, {
-      prepare: this.prepare,
-      sentRows: this.config.outbox.sentRows,
-      ...this.storeOverrides,
-    });
+    this.store ??= this.newStore(sql, { prepare: this.prepare, sentRows: this.config.outbox.sentRows });
     return this.store;
+  }
+
+  /** The store of a new client. A subclass may build another: bench/stores.ts (the benches' comparisons, the unguarded claim of a G4 test). */
+  protected newStore(sql: Sql, options: StoreOptions): OutboxStore {
+    return new OutboxStore(sql, this.config.outbox.table, this.config.outbox.parkedPolicy, options);
   }
 
   publisher(): Publisher {

@@ -6,10 +6,10 @@
 // never fails the invocation: what it could not delete, the next invocation deletes.
 //
 // Each place (PruneTarget) is pruned on its own: one the database refuses (the sent table missing,
-// or not writable by the role: in delete mode the role needs no privilege there, README "The
-// relay's database role") is logged, once per invocation, and the pass goes on with the next, so
-// skipped rows in the outbox are still pruned. Any other failure (the deadline, a lost connection)
-// ends the pass: the next place would fail the same way.
+// or not writable by the role: in delete mode the role needs no privilege there, docs/schema.md,
+// "The relay's database role") is logged, once per invocation, and the pass goes on with the
+// next, so skipped rows in the outbox are still pruned. Any other failure (the deadline, a lost
+// connection) ends the pass: the next place would fail the same way.
 import { BatchTimer, type Deadline } from '../budget.ts';
 import { DeadlineExceededError } from '../errors.ts';
 import type { Logger } from '../log.ts';
@@ -70,7 +70,7 @@ const PLACES: Record<PruneTarget, string> = {
 };
 
 const SENT_HINT =
-  'in keep mode the relay\'s role needs SELECT and DELETE on the sent table for retention (README, "The relay\'s database role"); ' +
+  'in keep mode the relay\'s role needs SELECT and DELETE on the sent table for retention (docs/schema.md, "The relay\'s database role"); ' +
   'in delete mode it needs none there, and the sent table only holds rows kept before a switch to delete: grant them to prune those rows';
 
 /**

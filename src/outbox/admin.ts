@@ -3,6 +3,7 @@
 import postgres, { type Sql } from 'postgres';
 import type { Deadline } from '../budget.ts';
 import { topicFor, type ParkedPolicy, type TableName } from '../domain.ts';
+import { openConnections } from './client.ts';
 import { qualified } from './identifier.ts';
 import * as q from './sql.ts';
 import { isConnectionLost } from './store.ts';
@@ -46,6 +47,7 @@ export async function backlog(sql: Sql, table: TableName, deadline: Deadline): P
   // the server gives up first, with an ordinary error, so the client-side race is only a backstop
   const serverMs = String(Math.max(1, deadline.remaining() - 100));
   const read = (async () => {
+    await openConnections(sql);
     const conn = await sql.reserve();
     // did the server answer (rows, or an error such as the statement timeout)? Then the
     // connection is alive and can take the ROLLBACK

@@ -23,8 +23,7 @@ const ARRAY_OIDS = { int8: 1016, text: 1009, uuid: 2951, int4: 1007 } as const;
  * unhandled rejection. The array types the relay sends are built in, with fixed OIDs: their
  * serializers are given here instead. No statement of the relay reads an array column back (one
  * would arrive as text): they return json. The price: postgres.js then never answers a reserve()
- * that opens a connection (porsager/postgres#751), so OutboxStore opens its client's connections
- * before its first reserve.
+ * that opens a connection (porsager/postgres#751), so every reserve follows openConnections().
  */
 export const CLIENT_OPTIONS: Pick<Options<Record<string, never>>, 'fetch_types' | 'types'> = {
   fetch_types: false,
@@ -32,6 +31,28 @@ export const CLIENT_OPTIONS: Pick<Options<Record<string, never>>, 'fetch_types' 
   // be another Sql type everywhere, for helpers (sql.typed.*) the relay does not use
   types: Object.fromEntries(Object.entries(ARRAY_OIDS).map(([name, oid]) => [`${name}_array`, { to: oid, from: [], serialize: arrayLiteral, parse: (x: string) => x }])) as unknown as Record<string, never>,
 };
+
+const opened = new WeakMap<Sql, Promise<unknown>>();
+
+/**
+ * Every connection of the client opened with a statement, once per client: call before
+ * reserve(). postgres.js 3.4.9 never answers a reserve() that opens a new connection of a client
+ * that does not fetch array types (CLIENT_OPTIONS; porsager/postgres#751). The relay replaces a
+ * client once one of its connections closes, so no reserve meets a connection opened later. A
+ * failure is tried again by the next call (a full server, say, may have room later).
+ */
+export function openConnections(sql: Sql): Promise<unknown> {
+  let opening = opened.get(sql);
+  if (!opening) {
+    const all = Promise.all(Array.from({ length: sql.options.max }, () => sql`SELECT 1`));
+    opened.set(sql, all);
+    all.catch(() => {
+      if (opened.get(sql) === all) opened.delete(sql);
+    });
+    opening = all;
+  }
+  return opening;
+}
 
 /**
  * End a client for good: end() (a second for the connections to finish, then closed), and then,

@@ -9,7 +9,7 @@ import { DatabaseError } from '../errors.ts';
 import { loadMigrations, type Migration } from './migrate.ts';
 
 /** OutboxStore's SentRowsMode (store.ts), restated: store.ts imports this module. */
-export type CheckedMode = 'keep' | 'delete' | 'mark-in-place';
+export type CheckedMode = 'keep' | 'delete';
 
 /** The row of schemaCheckSql. NULL privileges: that table is missing (or its schema may not be used). */
 export interface SchemaFacts {
@@ -52,7 +52,6 @@ function outboxNeeds(mode: CheckedMode): Array<[privilege: string, why: string]>
     ['SELECT', 'claims read the pending rows'],
     ['UPDATE', 'claims lock rows FOR UPDATE, and failed attempts, backoff, parking and the waiting marks are UPDATEs'],
   ];
-  // mark-in-place (the benches' comparison) marks with an UPDATE; DELETE is then retention's only
   if (mode === 'keep') needs.push(['DELETE', 'a sent row is moved out of it: without DELETE the relay would publish the same batch again on every invocation']);
   if (mode === 'delete') needs.push(['DELETE', 'a sent row is deleted from it: without DELETE the relay would publish the same batch again on every invocation']);
   return needs;

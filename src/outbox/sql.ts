@@ -174,17 +174,6 @@ WHERE o.seq = ANY ($1::bigint[])
   AND o.sent_at IS NULL AND o.skipped_at IS NULL`;
 }
 
-/** A plain SKIP LOCKED claim without any order guard: only for the benchmark's comparison. */
-export function claimUnguardedSql(t: string): string {
-  return `
-SELECT seq, id, aggregatetype, aggregateid, type, payload::text AS payload, topic, headers, attempts
-FROM ${t}
-WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL AND NOT waiting AND next_attempt_at <= now()
-ORDER BY seq
-LIMIT $1
-FOR UPDATE SKIP LOCKED`;
-}
-
 /**
  * After a claim came back empty, why? `claimable`: some pending row is due and not behind a
  * failed row of its aggregate, so only locks kept us from it (other invocations hold it, or it was
@@ -313,16 +302,6 @@ SELECT current_user AS role, quote_ident(current_user) AS role_ident,
            '<version>(\\d+)</version>', 'g') AS v
        )) END AS versions
 FROM rel r`;
-}
-
-/**
- * How pre-release versions, before the sent table, marked a row sent: a second version of the row, in place.
- * Kept for the benchmark's comparison only (bench/bench.ts, sqlMarkInPlace); the relay never runs it.
- */
-export function markInPlaceSql(t: string): string {
-  return `
-UPDATE ${t} SET sent_at = now(), last_error = NULL
-WHERE seq = ANY($1::bigint[]) AND sent_at IS NULL`;
 }
 
 /**

@@ -9,7 +9,7 @@ import { DatabaseError, DeadlineExceededError } from '../errors.ts';
 import { socketsFlushed } from '../event-loop.ts';
 import type { BatchTransaction, ClaimFilter, ClaimedRow, InsertWatch, NothingClaimable, PruneTarget, Store } from '../loop/ports.ts';
 import type { Failure } from '../loop/settlement.ts';
-import { endClient } from './client.ts';
+import { endClient, openConnections } from './client.ts';
 import { assertSchema, type SchemaFacts } from './schema-check.ts';
 import * as q from './sql.ts';
 import { notifyChannel, qualified, quoteIdent, sentTable, type TableName } from './identifier.ts';
@@ -21,16 +21,10 @@ export type { ClaimedRow, Failure };
 /** rows marked waiting per transaction by markWaiting: a long backlog is marked in short transactions */
 const MARK_WAITING_CHUNK = 10_000;
 
-/**
- * What happens to an acked row: OUTBOX_SENT_ROWS's two values, and `mark-in-place`, how versions
- * before the sent table marked it (an UPDATE of the outbox row), kept for the benches' comparisons.
- */
-export const SENT_ROWS_MODES = ['keep', 'delete', 'mark-in-place'] as const;
-export type SentRowsMode = (typeof SENT_ROWS_MODES)[number];
+/** What happens to an acked row: OUTBOX_SENT_ROWS. */
+export type SentRowsMode = 'keep' | 'delete';
 
 export interface StoreOptions {
-  /** false: no order guard (benchmark comparison only) */
-  guard?: boolean;
   /** named prepared statements (DATABASE_PREPARE) */
   prepare?: boolean;
   sentRows?: SentRowsMode;
@@ -72,8 +66,6 @@ const CHORE_SETTINGS_SQL = `SELECT set_config('statement_timeout', $1, true), se
 export class OutboxStore implements Store {
   readonly table: string;
   private readonly policy: ParkedPolicy;
-  /** false: no order guard (benchmark comparison only) */
-  readonly guarded: boolean;
   readonly markText: string;
   private readonly whyEmptyText: string;
   /** where `keep` moves sent rows (the sent table) */
@@ -107,15 +99,14 @@ export class OutboxStore implements Store {
     readonly sql: Sql,
     table: TableName,
     policy: ParkedPolicy,
-    { guard = true, prepare = true, sentRows = 'keep' }: StoreOptions = {},
+    { prepare = true, sentRows = 'keep' }: StoreOptions = {},
   ) {
     this.prepared = { prepare };
     this.table = qualified(table);
     this.policy = policy;
-    this.guarded = guard;
     this.sentTable = qualified(sentTable(table));
     this.sentRows = sentRows;
-    this.markText = sentRows === 'delete' ? q.deleteSentSql(this.table) : sentRows === 'mark-in-place' ? q.markInPlaceSql(this.table) : q.moveSentSql(this.table, this.sentTable);
+    this.markText = sentRows === 'delete' ? q.deleteSentSql(this.table) : q.moveSentSql(this.table, this.sentTable);
     this.whyEmptyText = q.whyEmptySql(this.table, policy);
     this.pruneText = { sent: q.pruneSql(this.table, this.sentTable, 'sent'), 'legacy-sent': q.pruneSql(this.table, this.sentTable, 'legacy-sent'), skipped: q.pruneSql(this.table, this.sentTable, 'skipped') };
     this.newestText = q.newestPendingSql(this.table);
@@ -139,7 +130,7 @@ export class OutboxStore implements Store {
    */
   /** The claim for `filter` (its shape: src/outbox/sql.ts claimStatement). */
   claimStatement(limit: number, filter: ClaimFilter): q.Statement {
-    return this.guarded ? q.claimStatement(this.table, this.policy, limit, filter, this.table) : { text: q.claimUnguardedSql(this.table), params: [limit] };
+    return q.claimStatement(this.table, this.policy, limit, filter, this.table);
   }
 
   async begin(deadline: Deadline, after?: BatchTransaction): Promise<BatchTx> {
@@ -204,7 +195,7 @@ export class OutboxStore implements Store {
     this.reserveWaits.add(fail);
     let reserving: Promise<ReservedSql> | undefined;
     try {
-      await this.bounded(deadline, 'opening the database connections', Promise.race([this.openConnections(), lost]));
+      await this.bounded(deadline, 'opening the database connections', Promise.race([openConnections(this.sql), lost]));
       if (this.poisoned) throw refused();
       reserving = this.sql.reserve();
       return await this.bounded(deadline, what, Promise.race([reserving, lost]));
@@ -222,24 +213,6 @@ export class OutboxStore implements Store {
     } finally {
       this.reserveWaits.delete(fail);
     }
-  }
-
-  /**
-   * Every connection of the client opened with a statement, once. postgres.js 3.4.9 never answers
-   * a reserve() that opens a new connection of a client that does not fetch array types
-   * (CLIENT_OPTIONS; porsager/postgres#751), so reserve() waits for this first. A connection that
-   * closes ends the client (abandon), so no reserve meets a connection opened later. A failure is
-   * tried again by the next reserve (a full server, say, may have room later).
-   */
-  private openConnections(): Promise<unknown> {
-    if (!this.connectionsOpened) {
-      const opening = Promise.all(Array.from({ length: this.sql.options.max }, () => this.sql`SELECT 1`));
-      this.connectionsOpened = opening;
-      opening.catch(() => {
-        if (this.connectionsOpened === opening) this.connectionsOpened = undefined;
-      });
-    }
-    return this.connectionsOpened;
   }
 
   /**
@@ -296,8 +269,6 @@ export class OutboxStore implements Store {
   /** a statement lost its race with the deadline (bounded): what the batch's later statements report */
   missedDeadline = false;
 
-  /** every connection of the client opened (reserve) */
-  private connectionsOpened: Promise<unknown> | undefined;
   /** set by abandon(): the client's end, under way */
   private ended: Promise<void> | undefined;
 
@@ -474,7 +445,6 @@ export class BatchTx implements BatchTransaction {
     // seq order is the publishing order within an aggregate (G4); the claim leaves it to us
     rows.sort(bySeq);
     for (const r of rows) this.claimed.set(r.seq, { aggregateid: r.aggregateid, retried: r.attempts > 0 });
-    if (!this.store.guarded) for (const r of rows) r.publishable = true;
     const waiting = rows.filter((r) => !r.publishable);
     if (waiting.length === 0) return rows;
     const gaps = [...new Set(waiting.map((r) => r.first_gap!))];

@@ -12,6 +12,7 @@ import { CreateSecretCommand, DeleteSecretCommand, PutSecretValueCommand, Secret
 import type { Sql } from 'postgres';
 import { loadConfig } from '../../src/config.ts';
 import { Deadline } from '../../src/budget.ts';
+import { openConnections } from '../../src/outbox/client.ts';
 import { DatabaseError } from '../../src/errors.ts';
 import { createLogger } from '../../src/log.ts';
 import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
@@ -664,10 +665,10 @@ describe('database faults: a connection closes while a batch waits for one', () 
       // every connection of the client (max 3) taken, so the batch's reserve has to wait in line;
       // each in a transaction, so that through a transaction pooler its server connection is tied
       // to it and a terminated backend closes it too
-      // the client's connections opened first, as the store opens them before its first reserve
-      // (the relay's client fetches no array types, and postgres.js never answers a reserve that
-      // opens a connection without that fetch: src/outbox/client.ts)
-      await Promise.all([client`SELECT 1`, client`SELECT 1`, client`SELECT 1`]);
+      // the client's connections opened first, as every reserve of the relay's is preceded (the
+      // relay's client fetches no array types, and postgres.js never answers a reserve that opens
+      // a connection without that fetch: src/outbox/client.ts)
+      await openConnections(client);
       const held = await Promise.all([client.reserve(), client.reserve(), client.reserve()]);
       const pids = await Promise.all(
         held.map(async (c) => {

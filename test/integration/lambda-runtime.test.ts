@@ -4,10 +4,12 @@
 // installs both into .cache), invoked over HTTP with an EventBridge scheduled event. What the
 // CLI-driven tests never exercise: the handler resolved from the bundle by name, the context and
 // getRemainingTimeInMillis coming from the runtime, a warm runtime process reused, and the
-// function killed at its timeout.
+// function killed at its timeout. One test needs the crash-window pause, which every build
+// leaves out (src/test-hooks.ts): it runs the same bundle built with the test hooks on
+// (scripts/build.mjs --test-hooks), and another shows that the deployed zip cannot be paused.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -18,6 +20,8 @@ import { consumeAll, copiesById, counts, db, fixture, insertEvents, ROOT, type F
 const RIE = join(ROOT, '.cache', 'lambda-rie', 'bin', 'aws-lambda-rie');
 const RIC = join(ROOT, '.cache', 'lambda-ric', 'node_modules', 'aws-lambda-ric', 'index.mjs');
 const ZIP = join(ROOT, '.build', 'relay.zip');
+/** the Lambda bundle with the test hooks on (scripts/build.mjs --test-hooks): never deployed */
+const TEST_HOOKS_BUNDLE = join(ROOT, '.build', 'relay-test-hooks');
 
 /** what EventBridge sends a function on a `rate(1 minute)` schedule */
 function scheduledEvent(): Record<string, unknown> {
@@ -204,6 +208,8 @@ class Emulator {
 
 let sql: Sql;
 let taskRoot: string;
+/** a task root holding the bundle with the test hooks on, in place of the zip's */
+let testHooksRoot: string;
 let handler: string;
 const emulators: Emulator[] = [];
 
@@ -220,6 +226,11 @@ before(() => {
   taskRoot = mkdtempSync(join(ROOT, '.cache', 'lambda-task-'));
   const unzip = spawnSync('unzip', ['-q', ZIP, '-d', taskRoot], { encoding: 'utf8' });
   assert.equal(unzip.status, 0, `unzip ${ZIP} failed: ${unzip.stderr}`);
+  // the same bundle with the test hooks on, in a task root of its own laid out as the zip's
+  const hooks = spawnSync(process.execPath, [join(ROOT, 'scripts', 'build.mjs'), '--test-hooks'], { cwd: ROOT, encoding: 'utf8', timeout: 180_000 });
+  assert.equal(hooks.status, 0, `scripts/build.mjs --test-hooks failed:\n${hooks.stdout}${hooks.stderr}`);
+  testHooksRoot = mkdtempSync(join(ROOT, '.cache', 'lambda-task-hooks-'));
+  for (const file of readdirSync(taskRoot)) copyFileSync(join(TEST_HOOKS_BUNDLE, file), join(testHooksRoot, file));
   // the handler exactly as the deployed function names it
   const sls = parse(readFileSync(join(ROOT, 'serverless.yml'), 'utf8')) as { functions: { relay: { handler: string } } };
   handler = sls.functions.relay.handler;
@@ -229,10 +240,12 @@ after(async () => {
   await Promise.all(emulators.map((e) => e.stop()));
   await sql.end();
   rmSync(taskRoot, { recursive: true, force: true });
+  rmSync(testHooksRoot, { recursive: true, force: true });
 });
 
-async function emulator(f: Fixture, timeoutSeconds: number, env: Record<string, string> = {}): Promise<Emulator> {
-  const e = await Emulator.start(taskRoot, handler, timeoutSeconds, { ...f.env, ...env });
+/** `root`: the task root, the deployed zip's unless a test needs the test hooks (testHooksRoot) */
+async function emulator(f: Fixture, timeoutSeconds: number, env: Record<string, string> = {}, root = taskRoot): Promise<Emulator> {
+  const e = await Emulator.start(root, handler, timeoutSeconds, { ...f.env, ...env });
   emulators.push(e);
   return e;
 }
@@ -294,8 +307,9 @@ describe('the packaged zip under the Lambda Runtime Interface Emulator', () => {
     const ids = await insertEvents(sql, f.table, Array.from({ length: 1_000 }, (_, i) => ({ aggregateid: `a-${i % 20}`, payload: { i } })));
     const batch = 100;
     // the relay's test hook holds the first batch in the crash window (acked, marks not committed)
-    // past the 5 s function timeout: the emulator kills the runtime there
-    const e = await emulator(f, 5, { OUTBOX_BATCH_SIZE: String(batch), OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS: '60000' });
+    // past the 5 s function timeout: the emulator kills the runtime there. The deployed zip has no
+    // such hook (the test after this one): the same bundle built with the test hooks on
+    const e = await emulator(f, 5, { OUTBOX_BATCH_SIZE: String(batch), OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS: '60000' }, testHooksRoot);
     const started = Date.now();
     const killed = await e.invoke();
     assert.equal(killed.outcome, 'timed-out', JSON.stringify(killed));
@@ -303,8 +317,8 @@ describe('the packaged zip under the Lambda Runtime Interface Emulator', () => {
     assert.ok(e.output().includes('test hook: pausing after publish'), 'it was killed in the window');
     assert.equal((await counts(sql, f.table)).sent, 0, 'the killed batch was not marked');
 
-    // the next tick (a new runtime process, cold) without the hook: a second emulator is the
-    // same function after a configuration change, so its own runtime starts clean
+    // the next tick (a new runtime process, cold), the deployed zip without the hook: a second
+    // emulator is the same function after a deployment, so its own runtime starts clean
     const next = await emulator(f, 30, { OUTBOX_BATCH_SIZE: String(batch) });
     const summary = await next.invokeOk();
     assert.equal(summary.published, 1_000, JSON.stringify(summary));
@@ -315,6 +329,18 @@ describe('the packaged zip under the Lambda Runtime Interface Emulator', () => {
     const twice = new Set([...copies].filter(([, n]) => n === 2).map(([id]) => id));
     assert.equal(msgs.length, 1_000 + batch, 'exactly one batch sent twice');
     assert.deepEqual(twice, new Set(ids.slice(0, batch)), 'the batch in the window, and only it');
+  });
+
+  it('the deployed zip cannot be paused in the crash window: OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS set on the function changes nothing', async () => {
+    const f = await fixture(sql, 'rienohook');
+    await insertEvents(sql, f.table, Array.from({ length: 300 }, (_, i) => ({ aggregateid: `a-${i % 20}`, payload: { i } })));
+    // with the hook, the first batch would pause for a minute and the function be killed at 30 s
+    const e = await emulator(f, 30, { OUTBOX_BATCH_SIZE: '100', OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS: '60000' });
+    const summary = await e.invokeOk();
+    assert.equal(summary.published, 300, JSON.stringify(summary));
+    assert.equal(summary.stoppedBecause, 'empty');
+    assert.ok(!e.output().includes('test hook'), e.output().slice(-3_000));
+    assert.deepEqual(await counts(sql, f.table), { total: 300, sent: 300, parked: 0, pending: 0 });
   });
 
   it('the function frozen at an arbitrary point (its runtime process SIGSTOPped) is killed by the emulator at the timeout; the next tick, a cold start, recovers: nothing lost, at most one batch sent twice', async (t) => {

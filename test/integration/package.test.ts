@@ -280,6 +280,8 @@ describe('packaged for AWS (stage prod, default parameters)', () => {
     const zip = readFileSync(zipPath);
     assert.ok(zip.includes('handler.mjs'), 'zip contains handler.mjs');
     assert.ok(zip.includes('handler.mjs.map'), 'zip contains the source map');
+    // no test hook is deployed: their settings and code are compiled out (src/test-hooks.ts)
+    assert.doesNotMatch(readFileSync(bundlePath, 'utf8'), /OUTBOX_TEST_\w*|test hook: /);
 
     // The bundle must load with no node_modules around it, as in Lambda.
     const dir = mkdtempSync(join(tmpdir(), 'outbox-relay-bundle-'));

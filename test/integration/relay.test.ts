@@ -6,11 +6,12 @@ import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Sql } from 'postgres';
 import { Deadline } from '../../src/budget.ts';
-import { loadConfig } from '../../src/config.ts';
+import { loadConfig, type Config } from '../../src/config.ts';
 import { createLogger } from '../../src/log.ts';
 import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
 import type { Summary } from '../../src/relay.ts';
 import { Runtime } from '../../src/runtime.ts';
+import { RuntimeWith, UnguardedStore } from '../../bench/stores.ts';
 import { startKafkaProxy } from './kafka-proxy.ts';
 import { startPgProxy, type PgProxyConnection } from './pg-proxy.ts';
 import {
@@ -391,7 +392,7 @@ describe('G3 and G4 under concurrency', () => {
  * A claims the earliest rows, and the answer to its claim is held by a proxy (its transaction is
  * open on the server, holding what it claimed) while B is invoked again and again, until the
  * writers are done; then A goes on. Whatever B publishes meanwhile reaches the broker before A's
- * rows. `guard`: StoreOptions.guard for both relays (false: claimUnguardedSql).
+ * rows. `guard` false: both relays claim with SKIP LOCKED alone (bench/sql.ts claimUnguardedSql).
  */
 async function serializedWriters(sql: Sql, { guard }: { guard: boolean }): Promise<{ kafkaSeqs: number[]; bRuns: number; bPublished: number; detail: string }> {
   const f = await fixture(sql, 'serialized');
@@ -411,8 +412,9 @@ async function serializedWriters(sql: Sql, { guard }: { guard: boolean }): Promi
   const urlA = new URL(f.env.DATABASE_URL!);
   urlA.port = String(proxy.port);
   const env = { ...f.env, OUTBOX_BATCH_SIZE: '5', OUTBOX_RETAIN_SENT_MS: '0', OUTBOX_LOG_LEVEL: 'error' };
-  const a = new Runtime(loadConfig({ ...env, DATABASE_URL: urlA.toString() }), createLogger('error'), undefined, { guard });
-  const b = new Runtime(loadConfig(env), createLogger('error'), undefined, { guard });
+  const relay = (config: Config) => (guard ? new Runtime(config, createLogger('error')) : new RuntimeWith(UnguardedStore, config, createLogger('error')));
+  const a = relay(loadConfig({ ...env, DATABASE_URL: urlA.toString() }));
+  const b = relay(loadConfig(env));
   let bRuns = 0;
   let bPublished = 0;
   let aSummary: Summary | undefined;

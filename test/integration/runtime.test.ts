@@ -49,13 +49,18 @@ describe('warm invocations', () => {
 });
 
 describe('the relay\'s database client', () => {
-  it('sends array parameters without asking the server for its array types, and reserves connections on a cold client: awkward text, uuids, int8 and int4 arrive intact, prepared or not', async () => {
+  it('sends array parameters without asking the server for its array types, and reserves connections on a cold client (a batch\'s, the backlog figures\'): awkward text, uuids, int8 and int4 arrive intact, prepared or not', async () => {
     const awkward = ['plain', 'with "quotes"', 'back\\slash', 'a,b', '{braces}', 'NULL', '', ' spaced ', 'ünïcødé ✓', "it's"];
     const uuid = '0b5f1a8e-6a39-4a55-9d0e-2f6a1c3e4b7d';
+    const table = uniqueName('arrays');
+    await migrate(sql, parseTableName(table));
     for (const prepare of ['true', 'false']) {
-      const rt = new Runtime(loadConfig({ DATABASE_URL, KAFKA_BROKERS: '127.0.0.1:9092', DATABASE_PREPARE: prepare }), createLogger('warn'));
+      const rt = new Runtime(loadConfig({ DATABASE_URL, KAFKA_BROKERS: '127.0.0.1:9092', DATABASE_PREPARE: prepare, OUTBOX_TABLE: table }), createLogger('warn'));
       try {
         const client = await rt.database();
+        // the backlog figures first, on a client that has opened no connection yet (without the
+        // probe of DATABASE_PREPARE=true): their reserve is answered too
+        assert.deepEqual(await rt.backlog(new Deadline(Date.now() + 5_000)), { oldestPendingAgeMs: 0, pendingRows: 0, pendingRowsCapped: false, parkedRows: 0, parkedRowsCapped: false });
         const [row] = await client.unsafe<{ texts: string[]; ids: string[]; seqs: string; ints: number[] }[]>(
           'SELECT array_to_json($1::text[]) AS texts, array_to_json($2::uuid[]) AS ids, array_to_json($3::bigint[])::text AS seqs, array_to_json($4::int[]) AS ints',
           [awkward, [uuid], ['9007199254740993', '1'], [0, 1]],

@@ -77,10 +77,6 @@ describe('schemaProblems: privileges by mode', () => {
     assert.deepEqual(problems({ sent_present: false, sent_insert: null, sent_select: null, sent_delete: null }, 'delete'), []);
     assert.deepEqual(problems({ ...none, outbox_select: true, outbox_update: true }, 'delete').map((p) => p.replace(/ \(.*\)/, '')), ['the database role relay lacks DELETE on the outbox table "outbox": GRANT DELETE ON "outbox" TO relay']);
   });
-
-  it('mark-in-place (the benches\' comparison): no DELETE needed', () => {
-    assert.deepEqual(problems({ outbox_delete: false, sent_present: false }, 'mark-in-place'), []);
-  });
 });
 
 describe('schemaProblems: tables', () => {
