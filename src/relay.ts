@@ -86,7 +86,7 @@ class NextClaim {
     claim.catch(() => undefined);
   }
 
-  /** Resolves once the claim has returned, whatever it found (the batch in flight relies on that, see claimSql's $4). */
+  /** Resolves once the claim has returned, whatever it found (the batch in flight relies on that, see ClaimFilter.inFlight). */
   returned(): Promise<void> {
     return this.claim.then(noop, noop);
   }

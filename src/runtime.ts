@@ -63,7 +63,7 @@ export class Runtime {
         // A transaction pooler (PgBouncer < 1.21, RDS Proxy) hands each transaction whichever server
         // connection is free, and named prepared statements stay behind on the one that prepared
         // them: postgres.js then fails, or re-sends statements out of order within a transaction
-        // (README "Configuration", DATABASE_PREPARE). Unnamed statements work through any pooler.
+        // (docs/configuration.md, DATABASE_PREPARE). Unnamed statements work through any pooler.
         this.logger.warn('the database connection goes through a connection pooler or proxy; named prepared statements are turned off for it (set DATABASE_PREPARE=false to skip this check)', {
           backendPidSeenByClient: seen.client,
           backendPidOnServer: seen.server,

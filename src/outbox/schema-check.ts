@@ -133,7 +133,7 @@ function migrationProblems(f: SchemaFacts, needs: SchemaNeeds, problems: string[
   const applied = new Set(f.versions);
   const missing = needs.migrations.filter((m) => !applied.has(m.version));
   // A schema NEWER than this relay (versions it does not know) is accepted. In a rolling deploy
-  // the new version's `migrate` runs first (the README says so) while the old relays still run
+  // the new version's `migrate` runs first (docs/schema.md says so) while the old relays still run
   // until they are replaced; refusing would stop every one of them at each upgrade, an outage per
   // deploy. That is safe because a migration keeps the version before it working: each adds (a
   // column with a default, a table, an index, a trigger that clears only what the relay's own

@@ -148,7 +148,7 @@ function firstGaps(t: string, policy: ParkedPolicy): string {
  *   we hold that), such as an application's SELECT ... FOR UPDATE: it may stay held for long;
  * - `not-due`, `parked`: it is not claimable now (set so by hand: a row that fails blocks its
  *   aggregate and is never a gap);
- * - `waiting`: its mark is stale (see claimSql's quick check);
+ * - `waiting`: its mark is stale (see staleMarkBelow);
  * - NULL: it can be claimed now; the next claim starts with it.
  * A gap row that is gone (sent or deleted after the claim's snapshot) is not listed: the next
  * claim does not see it. The caller leaves out the aggregates of the first three for the rest of

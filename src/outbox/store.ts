@@ -46,8 +46,7 @@ export interface StoreOptions {
  *   sorts out of the plan where another path exists: the batch's other statements read through
  *   indexes or in no order, and a statement with no other way still sorts.
  * - enable_incremental_sort off: the same for a sort of rows that arrive sorted by a prefix of
- *   the key. The claim orders by both keys of the claim index (seq, next_attempt_at; migration
- *   006), so the walk of the seq_key index, which Postgres prices the same or lower on such an
+ *   the key. The claim orders by both keys of the claim index (seq, next_attempt_at), so the walk of the seq_key index, which Postgres prices the same or lower on such an
  *   outbox (a two-column index is priced as less correlated with the heap), would need one. That
  *   walk reads waiting rows and tests every backing-off row on the heap.
  */
@@ -116,6 +115,11 @@ export class OutboxStore implements Store {
     this.channel = notifyChannel(table);
   }
 
+  /** The claim for `filter` (its shape: src/outbox/sql.ts claimStatement). */
+  claimStatement(limit: number, filter: ClaimFilter): q.Statement {
+    return q.claimStatement(this.table, this.policy, limit, filter, this.table);
+  }
+
   /**
    * Reserve a connection and open the batch transaction. BEGIN and the timeouts are sent without
    * waiting for their answers: the claim follows them down the same connection (postgres.js
@@ -128,11 +132,6 @@ export class OutboxStore implements Store {
    * of its own, the claim would race the COMMIT, skip the rows of the aggregates still locked by
    * it, take their later rows once the COMMIT landed, and then have to hold them all back.
    */
-  /** The claim for `filter` (its shape: src/outbox/sql.ts claimStatement). */
-  claimStatement(limit: number, filter: ClaimFilter): q.Statement {
-    return q.claimStatement(this.table, this.policy, limit, filter, this.table);
-  }
-
   async begin(deadline: Deadline, after?: BatchTransaction): Promise<BatchTx> {
     const handed = after instanceof BatchTx ? after.handOver() : undefined;
     const conn = handed ?? (await this.reserve(deadline));
@@ -432,8 +431,8 @@ export class BatchTx implements BatchTransaction {
   /**
    * `filter.aggregates`: aggregates this invocation already found stuck behind someone else's row.
    * `filter.inFlight`: the rows of this invocation's batch being published, whose transaction must
-   * stay open until this claim has returned (claimSql's $4).
-   * `filter.topics`: topics not to claim rows for, with the template that routes rows (claimSql's $5, $6).
+   * stay open until this claim has returned (src/outbox/sql.ts, anyGapPossible).
+   * `filter.topics`: topics not to claim rows for, with the template that routes rows (firstRowsForTopics).
    */
   async claim(limit: number, filter: ClaimFilter = { aggregates: [], inFlight: [], topics: [], topicTemplate: '' }): Promise<ClaimedRow[]> {
     const { text, params } = this.store.claimStatement(limit, filter);

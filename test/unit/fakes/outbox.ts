@@ -3,7 +3,7 @@
 // server's transactions and connections, the locks, the broker's acks and the fault plan;
 // FakeStore/FakeTx copy the semantics of OutboxStore/BatchTx (their states, the connection's
 // hand-over, release and rollback are copies of the code, not the code: see UnconfirmedEnd) and of
-// claimSql, FakePublisher those of ProducerPublisher.
+// claimStatement, FakePublisher those of ProducerPublisher.
 //
 // What the fakes model:
 // - connections and the server: a pool of 3 (postgres.js, Runtime's max), reserved first-released
@@ -14,7 +14,7 @@
 //   that reserves it finds it open (a BEGIN inside a transaction is only a warning), goes on in it
 //   and sees its writes as its own, and its COMMIT commits them all (World.commitServerTx reports
 //   the leftover as a violation). A connection whose statement hangs answers nothing more.
-// - the claim of claimSql: pending, due rows in seq order; aggregates behind a backing-off or
+// - the claim of claimStatement: pending, due rows in seq order; aggregates behind a backing-off or
 //   parked row (hold policy) or a backed-off topic left out; per-aggregate advisory locks and
 //   row locks (FOR UPDATE SKIP LOCKED) held until the server transaction ends; the gap check with
 //   the `inFlight` fast path; the second statement (foreignGapsSql). The claim is a statement that
@@ -788,7 +788,7 @@ export class FakeStore implements Store {
   }
 }
 
-/** Per aggregate, the first row that failed and is backing off or parked (claimSql's `blocked`, hold policy). */
+/** Per aggregate, the first row that failed and is backing off or parked (the claim's `blocked`, hold policy). */
 export function firstBlocked(rows: RowState[], now: number): Map<string, number> {
   const blocked = new Map<string, number>();
   for (const r of rows) {
@@ -1022,7 +1022,7 @@ export class FakeTx implements BatchTransaction {
     return rows;
   }
 
-  /** claimSql, hold policy: run now, on `snapshot` (the statement's), with live locks and EvalPlanQual. */
+  /** claimStatement, hold policy: run now, on `snapshot` (the statement's), with live locks and EvalPlanQual. */
   private runClaim(limit: number, filter: ClaimFilter, snapshot: RowState[], stx: ServerTx): ClaimedRow[] {
     const w = this.w;
     const now = Date.now();
