@@ -7,6 +7,9 @@
 // OUTBOX_SENT_ROWS=delete. relay and producer run once per Kafka client (--clients, default
 // kafkajs,platformatic). ratio = relay / min(producer, sql guarded), per client. Prints a table,
 // then one JSON line.
+// `--smoke`: every default measurement once, on a few thousand rows, to check that the bench still
+// measures what it says (.ci/run): it fails when a figure is missing, not a number, or counts fewer
+// events than were sent. Not a measurement. Every run prints the commit it measured and the date.
 // Opt-in, with --only (bench/retention.ts): `sustained` (retention keeping pace for --minutes at the
 // relay's full rate) and `burst` (empty-claim time after 200,000 rows were relayed and pruned);
 // (bench/marks.ts) `marks`: a row's whole life in Postgres per way of recording it sent.
@@ -25,6 +28,7 @@ import { parseTableName, qualified } from '../src/outbox/identifier.ts';
 import { dropOutbox, migrate } from '../src/outbox/migrate.ts';
 import { OutboxStore } from '../src/outbox/store.ts';
 import { runInvocation } from '../src/relay.ts';
+import { measuredCommit } from './commit.ts';
 import { CpuMeter, parentPid, type CpuSample } from './cpu.ts';
 import { DebeziumPeer, type PeerCpu } from './debezium/peer.ts';
 import { peerReport } from './debezium/report.ts';
@@ -66,8 +70,14 @@ const { values } = parseArgs({
     // costs 3-5x the CPU per event, and its JIT compiler (C2) still took 40-45% of Connect's CPU
     // in the 50,000 events after 10,000 or 150,000 warm-up events, 25% after 200,000-250,000
     'peer-warmup': { type: 'string', default: '250000' },
+    smoke: { type: 'boolean', default: false },
   },
 });
+if (values.smoke) Object.assign(values, { events: '3000', repeat: '1', aggregates: '100', 'peer-warmup': '0' });
+/** rows waiting behind failed rows in the sqlWaiting* measurements */
+const WAITING = values.smoke ? 10_000 : WAITING_ROWS;
+/** the commit measured, as every published figure names it */
+const COMMIT = measuredCommit();
 const N = Number(values.events);
 const BATCH = Number(values.batch);
 const PAYLOAD = Number(values.payload);
@@ -226,7 +236,7 @@ async function benchProducer(client: KafkaClientName): Promise<Result> {
 }
 
 async function benchSql(guard: boolean, sentRows: 'keep' | 'delete' = 'keep', waiting?: WaitingKind): Promise<Result> {
-  const { table } = await prepare(`sql${guard ? 'guard' : 'plain'}${sentRows}${waiting ?? ''}`, waiting && ((t) => addWaitingRows(sql, t, waiting, pad)));
+  const { table } = await prepare(`sql${guard ? 'guard' : 'plain'}${sentRows}${waiting ?? ''}`, waiting && ((t) => addWaitingRows(sql, t, waiting, pad, WAITING)));
   const config = loadConfig({ ...env, OUTBOX_TABLE: table });
   // without the guard: the relay's store with the plain SKIP LOCKED claim (bench/sql.ts)
   const store = new (guard ? OutboxStore : UnguardedStore)(sql, config.outbox.table, config.outbox.parkedPolicy, { sentRows });
@@ -237,7 +247,7 @@ async function benchSql(guard: boolean, sentRows: 'keep' | 'delete' = 'keep', wa
     // within a minute; the claim rate is measured after both, as it stays from then on
     const t0 = performance.now();
     const marked = await store.markWaiting(deadline);
-    note = `${WAITING_ROWS.toLocaleString('en-US')} rows waiting (${waiting}); marking them took ${Math.round(performance.now() - t0)} ms, once (${marked} marked)`;
+    note = `${WAITING.toLocaleString('en-US')} rows waiting (${waiting}); marking them took ${Math.round(performance.now() - t0)} ms, once (${marked} marked)`;
     await sql.unsafe(`VACUUM ANALYZE ${qualified(parseTableName(table))}`);
   }
   let done = 0;
@@ -250,7 +260,7 @@ async function benchSql(guard: boolean, sentRows: 'keep' | 'delete' = 'keep', wa
     done += ok.length;
     if (rows.length < BATCH) break;
   }
-  const r = await result(`claim+mark SQL, ${guard ? 'order guard' : 'no guard'} (${sentRows})${waiting ? `, ${WAITING_ROWS / 1000}k rows waiting (${waiting})` : ''}`, done, start);
+  const r = await result(`claim+mark SQL, ${guard ? 'order guard' : 'no guard'} (${sentRows})${waiting ? `, ${WAITING / 1000}k rows waiting (${waiting})` : ''}`, done, start);
   r.note = note;
   if (done !== N) throw new Error(`sql loop marked ${done} of ${N}`);
   await drop(table);
@@ -396,6 +406,7 @@ async function main(): Promise<void> {
   const unknown = only?.filter((k) => !known.some((key) => key === k || key.split(':')[0] === k));
   if (unknown?.length) throw new Error(`--only: unknown measurement ${unknown.join(', ')}; choose from ${known.join(', ')}`);
   if (!only || values.peer || phases.some(([k]) => selected(only, k))) {
+    process.stderr.write(`bench: commit ${COMMIT}, ${new Date().toISOString()}${values.smoke ? ' (smoke: not a measurement)' : ''}\n`);
     process.stderr.write(`bench: ${N} events, ~${PAYLOAD}-byte payloads, batch ${BATCH}, ${AGGREGATES} aggregates, clients ${CLIENTS.join(', ')}, ${REPEAT} repetitions (medians)\n`);
   }
   const peer = values.peer ? await startPeer(values.peer) : undefined;
@@ -422,6 +433,9 @@ async function measureAll(
       // the peer runs with whatever --only picked
       if (key !== 'debezium' && !selected(only, key)) continue;
       const r = await phase();
+      // a figure that is missing or not a number, or fewer events than were sent: the bench no
+      // longer measures what it says (never print NaN)
+      if (!(r.perSec > 0) || !Number.isFinite(r.perSec) || r.events !== N) throw new Error(`${r.name}: ${r.events} events of ${N} measured, ${r.perSec} events/s`);
       all.get(key)!.push(r);
       process.stderr.write(`  run ${i + 1}/${REPEAT} ${r.name}: ${r.perSec} events/s${r.cpu ? `  cpu ${cpuText(r)}` : ''}${r.note ? `\n      ${r.note}` : ''}\n`);
     }
@@ -485,12 +499,15 @@ async function measureAll(
   console.log(`the order guard costs ${(guardCost * 100).toFixed(1)}% of the unguarded claim+mark rate`);
   // goal: with 100,000 rows waiting behind failed rows, claims stay within 15% of the clean rate
   const waitingRatios = [waitingParked, waitingBackoff].map((w) => w.perSec / sqlGuarded.perSec);
-  console.log(`with ${WAITING_ROWS.toLocaleString('en-US')} rows waiting: claim+mark at ${waitingRatios.map((r) => r.toFixed(2)).join(' (parked) and ')} (backoff) of the clean rate (goal ≥ 0.85)`);
+  console.log(`with ${WAITING.toLocaleString('en-US')} rows waiting: claim+mark at ${waitingRatios.map((r) => r.toFixed(2)).join(' (parked) and ')} (backoff) of the clean rate (goal ≥ 0.85)`);
   for (const w of [waitingParked, waitingBackoff]) if (w.note) console.log(`  ${w.note}`);
   sides.forEach((side, i) => console.log(`\n${CLIENTS[i]}:${side.text}`));
   console.log('');
   console.log(
     JSON.stringify({
+      commit: COMMIT,
+      date: new Date().toISOString(),
+      smoke: values.smoke,
       events: N,
       batchSize: BATCH,
       payloadBytes: PAYLOAD,

@@ -11,17 +11,21 @@
 //   - a consumer reading each record's append time; created_at comes from the table afterwards.
 // Prints p50/p95/p99/max per case, the backlog, each mode's CPU per event, and the monthly cost
 // table (bench/cost.ts); writes bench/results/latency.json and latency.svg (latency and backlog
-// over time, one line per case).
+// over time, one line per case), each naming the commit measured, the date and the producer's
+// achieved rate (the machine's own speed in the same run: a producer that could not hold the
+// rate is said so). Fails (exit 1) when fewer events were measured than were sent, or a figure is
+// not a number. `--smoke`: a few seconds of each case, written to a temporary folder (.ci/run).
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { availableParallelism, cpus } from 'node:os';
+import { availableParallelism, cpus, tmpdir } from 'node:os';
 import { parseArgs } from 'node:util';
 import { Worker } from 'node:worker_threads';
 import kafkajs from 'kafkajs';
 import postgres from 'postgres';
-import { parseTableName, qualified } from '../src/outbox/identifier.ts';
+import { parseTableName, qualified, sentTable } from '../src/outbox/identifier.ts';
 import { dropOutbox, migrate } from '../src/outbox/migrate.ts';
 import { lineChart, type Series } from './chart.ts';
 import { costRow, PRICE, type CostInputs } from './cost.ts';
+import { measuredCommit } from './commit.ts';
 import { CpuMeter, type CpuSample } from './cpu.ts';
 import type { RateProducerData } from './rate-producer-worker.ts';
 import type { RelayWorkerAnswer, RelayWorkerRequest } from './relay-worker.ts';
@@ -40,9 +44,15 @@ const { values } = parseArgs({
     payload: { type: 'string', default: '1000' },
     aggregates: { type: 'string', default: '1000' },
     partitions: { type: 'string', default: '6' },
-    out: { type: 'string', default: new URL('./results', import.meta.url).pathname },
+    out: { type: 'string' },
+    // a few seconds per case, results to a temporary folder: that the bench still measures (CI)
+    smoke: { type: 'boolean', default: false },
   },
 });
+if (values.smoke) Object.assign(values, { rates: '50', seconds: '3', period: '2', timeout: '4', aggregates: '50' });
+const OUT: string = values.out ?? (values.smoke ? `${tmpdir()}/outbox-relay-bench-smoke` : new URL('./results', import.meta.url).pathname);
+/** the commit measured, as every published figure names it */
+const COMMIT = measuredCommit();
 const RATES = values.rates.split(',').map(Number);
 const MODES = values.modes.split(',') as Array<'exit' | 'linger'>;
 const SECONDS = Number(values.seconds);
@@ -64,6 +74,10 @@ const run = Date.now().toString(36);
 interface CaseResult {
   mode: 'exit' | 'linger';
   rate: number;
+  /** events the producer committed */
+  sent: number;
+  /** the rate the producer achieved, events/s: below `rate`, the machine could not hold it */
+  producedRate: number;
   events: number;
   duplicates: number;
   p50: number;
@@ -220,6 +234,7 @@ async function runCase(mode: 'exit' | 'linger', rate: number): Promise<CaseResul
   });
   const producedBy = Date.now();
   const producerLate = (producedBy - started - LEAD_MS) / 1000 - SECONDS;
+  const producedRate = total / ((producedBy - started - LEAD_MS) / 1000);
   // every event on the broker (the schedule goes on until then), then the running invocations end
   while (appended.size < total) {
     if (Date.now() - producedBy > 3 * PERIOD_MS + TIMEOUT_MS) throw new Error(`${name}: ${appended.size} of ${total} events on the broker ${Math.round((Date.now() - producedBy) / 1000)} s after the producer finished`);
@@ -233,8 +248,17 @@ async function runCase(mode: 'exit' | 'linger', rate: number): Promise<CaseResul
   await consumer.disconnect();
   await Promise.all(containers.map((c) => c.close()));
 
-  // latency: append time - created_at, per event
-  const created = await sql.unsafe<{ id: string; c: number }[]>(`SELECT id::text, (extract(epoch FROM created_at) * 1000)::float8 AS c FROM ${t}`);
+  // latency: append time - created_at, per event. A sent row is in the sent table (keep mode,
+  // retention off here), any other still in the outbox: both are read.
+  const sent = qualified(sentTable(parseTableName(table)));
+  const created = await sql.unsafe<{ id: string; c: number }[]>(
+    `SELECT id::text, (extract(epoch FROM created_at) * 1000)::float8 AS c FROM ${t}
+     UNION ALL SELECT id::text, (extract(epoch FROM created_at) * 1000)::float8 FROM ${sent}`,
+  );
+  // every event sent must be measured: a bench that reads the wrong table measures nothing
+  if (created.length !== total) throw new Error(`${name}: ${created.length} rows found for the ${total} events produced`);
+  const missing = created.filter((r) => !appended.has(r.id)).length;
+  if (missing > 0) throw new Error(`${name}: ${missing} of ${total} events have no append time on the broker`);
   const lat: Array<[number, number]> = created.map((r) => [r.c, appended.get(r.id)! - r.c]);
   const sorted = lat.map(([, l]) => l).sort((a, b) => a - b);
   const bySecond = new Map<number, number>();
@@ -251,6 +275,8 @@ async function runCase(mode: 'exit' | 'linger', rate: number): Promise<CaseResul
   return {
     mode,
     rate,
+    sent: total,
+    producedRate,
     events: sorted.length,
     duplicates,
     p50: percentile(sorted, 50),
@@ -273,7 +299,7 @@ async function emptyInvocationSeconds(): Promise<number> {
   const { table, topic } = await freshCase('empty');
   const c = new Container({ DATABASE_URL, KAFKA_BROKERS, OUTBOX_TABLE: table, OUTBOX_TOPIC_TEMPLATE: topic, OUTBOX_METRICS: 'off', OUTBOX_LOG_LEVEL: 'warn', OUTBOX_RETAIN_SENT_MS: '0' });
   const ds: number[] = [];
-  for (let i = 0; i < 16; i++) {
+  for (let i = 0; i < (values.smoke ? 4 : 16); i++) {
     const a = await c.invoke(TIMEOUT_MS);
     if (i > 0) ds.push((a.endedAt - a.startedAt) / 1000);
   }
@@ -295,6 +321,10 @@ async function main(): Promise<void> {
     for (const mode of MODES) {
       process.stderr.write(`  ${mode} at ${rate}/s …\n`);
       const r = await runCase(mode, rate);
+      // a figure that is not a number means the bench measured nothing: fail, never print NaN
+      for (const [k, v] of Object.entries({ p50: r.p50, p95: r.p95, p99: r.p99, max: r.max, relayCpuPerEvent: r.relayCpuPerEvent })) {
+        if (!Number.isFinite(v)) throw new Error(`${mode} at ${rate}/s: ${k} is ${v} (${r.events} events measured of ${r.sent})`);
+      }
       results.push(r);
       process.stderr.write(`    p50 ${fmtMs(r.p50)}  p95 ${fmtMs(r.p95)}  p99 ${fmtMs(r.p99)}  max ${fmtMs(r.max)}  (${r.events} events, ${r.duplicates} duplicates, ${r.invocations} invocations, ${r.failedInvocations} failed)\n`);
     }
@@ -302,6 +332,11 @@ async function main(): Promise<void> {
   const emptyS = await emptyInvocationSeconds();
 
   console.log(`\nlatency: created_at → append on the broker (LogAppendTime); schedule every ${PERIOD_MS / 1000} s (EventBridge: 60 s), timeout ${TIMEOUT_MS / 1000} s; ${machine}`);
+  console.log(`commit ${COMMIT}, ${new Date().toISOString()}${values.smoke ? ' (smoke: a few seconds per case, not a measurement)' : ''}`);
+  for (const r of results) {
+    const held = r.producedRate >= 0.95 * r.rate;
+    console.log(`  ${r.mode} ${r.rate}/s: the producer achieved ${Math.round(r.producedRate)} events/s${held ? '' : ' — it could not hold the rate on this machine: the figures below are for a lower load'}`);
+  }
   console.log(`${'mode'.padEnd(8)}${'events/s'.padStart(9)}${'events'.padStart(9)}${'p50'.padStart(10)}${'p95'.padStart(10)}${'p99'.padStart(10)}${'max'.padStart(10)}${'backlog max'.padStart(13)}${'invocations'.padStart(13)}${'relay cpu/event'.padStart(17)}  wakeups (notified/probe/reclaim)`);
   for (const r of results) {
     const maxBacklog = Math.max(...r.backlog.map(([, n]) => n));
@@ -333,7 +368,7 @@ async function main(): Promise<void> {
     }
   }
 
-  mkdirSync(values.out, { recursive: true });
+  mkdirSync(OUT, { recursive: true });
   const xMax = Math.max(...results.flatMap((r) => r.backlog.map(([s]) => s)));
   const series = (pick: (r: CaseResult) => Array<[number, number]>): Series[] =>
     results.map((r) => ({ label: `${r.mode}, ${r.rate}/s`, color: COLORS[r.mode] ?? '#333', dash: r.rate === Math.min(...RATES) ? '5 3' : undefined, points: pick(r) }));
@@ -346,12 +381,12 @@ async function main(): Promise<void> {
       { title: 'Backlog: pending rows', unit: 'rows', min: 1, max: 100_000, ticks: [[1, '≤1'], [10, '10'], [100, '100'], [1_000, '1k'], [10_000, '10k'], [100_000, '100k']], series: series((r) => r.backlog) },
     ],
   );
-  writeFileSync(`${values.out}/latency.svg`, svg);
+  writeFileSync(`${OUT}/latency.svg`, svg);
   writeFileSync(
-    `${values.out}/latency.json`,
-    `${JSON.stringify({ machine, date: new Date().toISOString(), periodS: PERIOD_MS / 1000, timeoutS: TIMEOUT_MS / 1000, marginS: MARGIN_MS / 1000, seconds: SECONDS, wake: values.wake, emptyInvocationS: emptyS, results: results.map((r) => ({ ...r, maxBacklog: Math.max(...r.backlog.map(([, n]) => n)) })), costs }, null, 2)}\n`,
+    `${OUT}/latency.json`,
+    `${JSON.stringify({ machine, commit: COMMIT, smoke: values.smoke, date: new Date().toISOString(), periodS: PERIOD_MS / 1000, timeoutS: TIMEOUT_MS / 1000, marginS: MARGIN_MS / 1000, seconds: SECONDS, wake: values.wake, emptyInvocationS: emptyS, results: results.map((r) => ({ ...r, maxBacklog: Math.max(...r.backlog.map(([, n]) => n)) })), costs }, null, 2)}\n`,
   );
-  console.log(`\nwrote ${values.out}/latency.svg and latency.json`);
+  console.log(`\nwrote ${OUT}/latency.svg and latency.json`);
 }
 
 main()

@@ -9,7 +9,8 @@ import type { Sql } from 'postgres';
 export type WaitingKind = 'parked' | 'backoff';
 export const WAITING_ROWS = 100_000;
 
-export async function addWaitingRows(sql: Sql, t: string, kind: WaitingKind, pad: string): Promise<void> {
+/** `rows`: WAITING_ROWS, or fewer for a smoke run (a multiple of 10,000) */
+export async function addWaitingRows(sql: Sql, t: string, kind: WaitingKind, pad: string, rows = WAITING_ROWS): Promise<void> {
   const blockers = kind === 'parked' ? 1 : 1_000;
   await sql.unsafe(
     `INSERT INTO ${t} (aggregatetype, aggregateid, type, payload, attempts, next_attempt_at, parked_at, last_error)
@@ -18,7 +19,7 @@ export async function addWaitingRows(sql: Sql, t: string, kind: WaitingKind, pad
      FROM generate_series(1, $1::int) g`,
     [blockers, kind],
   );
-  for (let i = 0; i < WAITING_ROWS; i += 10_000) {
+  for (let i = 0; i < rows; i += 10_000) {
     await sql.unsafe(
       `INSERT INTO ${t} (aggregatetype, aggregateid, type, payload)
        SELECT 'bench', 'stuck-' || (g % $2::int + 1), 'Waiting', jsonb_build_object('n', g, 'pad', $3::text)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# npm run bench [-- --events N --batch B --payload BYTES --aggregates A --peer debezium]
-# npm run bench:latency [-- --rates 200,2000 --seconds 40 --period 10 --timeout 12 --wake notify|poll]
+# npm run bench [-- --events N --batch B --payload BYTES --aggregates A --peer debezium | --smoke]
+# npm run bench:latency [-- --rates 200,2000 --seconds 40 --period 10 --timeout 12 --wake notify|poll | --smoke]
+# --smoke: seconds of each measurement, failing when a figure is missing or counts fewer events
+# than were sent (.ci/run runs both); not a measurement.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 npm run --silent services:up
