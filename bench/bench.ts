@@ -198,17 +198,18 @@ async function result(name: string, events: number, start: number): Promise<Resu
   return { name, events, ms, perSec: Math.round((events / ms) * 1000), cpu };
 }
 
-async function benchRelay(client: KafkaClientName, sentRows: 'keep' | 'delete'): Promise<Result> {
-  const { table, template } = await prepare(`relay${sentRows}${client}`);
+/** `named`: named prepared statements (DATABASE_PREPARE=true, the default), or unnamed ones only */
+async function benchRelay(client: KafkaClientName, sentRows: 'keep' | 'delete', named = true): Promise<Result> {
+  const { table, template } = await prepare(`relay${sentRows}${client}${named ? '' : 'unnamed'}`);
   const config = loadConfig({ ...env, OUTBOX_TABLE: table, OUTBOX_TOPIC_TEMPLATE: template, OUTBOX_SENT_ROWS: sentRows, OUTBOX_KAFKA_CLIENT: client });
-  const store = new OutboxStore(sql, config.outbox.table, config.outbox.parkedPolicy, { sentRows });
+  const store = new OutboxStore(sql, config.outbox.table, config.outbox.parkedPolicy, { sentRows, prepare: named });
   const publisher = createPublisher({ kafka: config.kafka, logger, maxMessageBytes: config.outbox.maxMessageBytes });
   // warm the producer and the topic metadata, as a warm Lambda container would be
   await publisher.publish([], new Deadline(Date.now() + 10_000));
   await publisher.maxMessageBytes(template, new Deadline(Date.now() + 10_000));
   const start = await startClock();
   const summary = await runInvocation({ store, publisher, config: config.outbox, logger }, new Deadline(Date.now() + 600_000));
-  const r = await result(`relay ${client}, one invocation (${sentRows})`, summary.published, start);
+  const r = await result(`relay ${client}, one invocation (${sentRows}${named ? '' : ', unnamed statements'})`, summary.published, start);
   const per = (ms: number) => (ms / summary.batches).toFixed(1);
   r.note = `${summary.batches} batches, ${summary.heldBack} rows held back; per batch waited: claim ${per(summary.waitedMs.claim)} ms, publish ${per(summary.waitedMs.publish)} ms, commit ${per(summary.waitedMs.commit)} ms`;
   await publisher.close();
@@ -235,11 +236,11 @@ async function benchProducer(client: KafkaClientName): Promise<Result> {
   return r;
 }
 
-async function benchSql(guard: boolean, sentRows: 'keep' | 'delete' = 'keep', waiting?: WaitingKind): Promise<Result> {
-  const { table } = await prepare(`sql${guard ? 'guard' : 'plain'}${sentRows}${waiting ?? ''}`, waiting && ((t) => addWaitingRows(sql, t, waiting, pad, WAITING)));
+async function benchSql(guard: boolean, sentRows: 'keep' | 'delete' = 'keep', waiting?: WaitingKind, named = true): Promise<Result> {
+  const { table } = await prepare(`sql${guard ? 'guard' : 'plain'}${sentRows}${waiting ?? ''}${named ? '' : 'unnamed'}`, waiting && ((t) => addWaitingRows(sql, t, waiting, pad, WAITING)));
   const config = loadConfig({ ...env, OUTBOX_TABLE: table });
   // without the guard: the relay's store with the plain SKIP LOCKED claim (bench/sql.ts)
-  const store = new (guard ? OutboxStore : UnguardedStore)(sql, config.outbox.table, config.outbox.parkedPolicy, { sentRows });
+  const store = new (guard ? OutboxStore : UnguardedStore)(sql, config.outbox.table, config.outbox.parkedPolicy, { sentRows, prepare: named });
   const deadline = new Deadline(Date.now() + 600_000);
   let note: string | undefined;
   if (waiting) {
@@ -260,7 +261,7 @@ async function benchSql(guard: boolean, sentRows: 'keep' | 'delete' = 'keep', wa
     done += ok.length;
     if (rows.length < BATCH) break;
   }
-  const r = await result(`claim+mark SQL, ${guard ? 'order guard' : 'no guard'} (${sentRows})${waiting ? `, ${WAITING / 1000}k rows waiting (${waiting})` : ''}`, done, start);
+  const r = await result(`claim+mark SQL, ${guard ? 'order guard' : 'no guard'} (${sentRows}${named ? '' : ', unnamed statements'})${waiting ? `, ${WAITING / 1000}k rows waiting (${waiting})` : ''}`, done, start);
   r.note = note;
   if (done !== N) throw new Error(`sql loop marked ${done} of ${N}`);
   await drop(table);
@@ -367,6 +368,11 @@ async function main(): Promise<void> {
     ['sqlWaitingParked', () => benchSql(true, 'keep', 'parked')],
     ['sqlWaitingBackoff', () => benchSql(true, 'keep', 'backoff')],
   ];
+  // opt-in, named in --only: the same with unnamed statements only (DATABASE_PREPARE=false), next
+  // to sqlGuarded and relay:<client>, to price named prepared statements
+  const optIn: Array<[string, () => Promise<Result>]> = [['sqlUnnamed', () => benchSql(true, 'keep', undefined, false)], ...perClient('relayUnnamed', (c) => benchRelay(c, 'keep', false))];
+  const only = values.only?.split(',').map((s) => s.trim());
+  phases.push(...optIn.filter(([k]) => only?.some((o) => o === k || o === k.split(':')[0])));
   // long-running, each run once and only when named in --only (bench/retention.ts)
   const extras: Array<[string, () => Promise<Record<string, unknown>>]> = [
     [
@@ -401,8 +407,7 @@ async function main(): Promise<void> {
         }),
     ],
   ];
-  const only = values.only?.split(',').map((s) => s.trim());
-  const known = [...phases, ...extras].map(([k]) => k).concat(values.peer ? ['debezium'] : []);
+  const known = [...phases, ...optIn, ...extras].map(([k]) => k).concat(values.peer ? ['debezium'] : []);
   const unknown = only?.filter((k) => !known.some((key) => key === k || key.split(':')[0] === k));
   if (unknown?.length) throw new Error(`--only: unknown measurement ${unknown.join(', ')}; choose from ${known.join(', ')}`);
   if (!only || values.peer || phases.some(([k]) => selected(only, k))) {
