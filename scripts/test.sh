@@ -32,10 +32,12 @@ mapfile -t relay_files < <(ls test/integration/*.test.ts | grep -Ev "$client_ind
 echo "# integration tests, OUTBOX_KAFKA_CLIENT=platformatic (${#relay_files[@]} files whose relay publishes)"
 TEST_KAFKA_CLIENT=platformatic run_tests --test-concurrency=1 --test-timeout=600000 "${relay_files[@]}" || status=$?
 
-# The guarantee tests (G1-G7) again, with every relay connecting through PgBouncer in transaction
-# mode (127.0.0.1:6432, DATABASE_PREPARE=false), as most Lambda deployments connect through a
-# pooler or RDS Proxy; the tests' own statements stay direct (test/integration/helpers.ts).
+# The guarantee tests again, with every relay connecting through PgBouncer in transaction mode
+# (127.0.0.1:6432, DATABASE_PREPARE=false), as most Lambda deployments connect through a pooler or
+# RDS Proxy; the tests' own statements stay direct (test/integration/helpers.ts).
 echo '# the guarantee tests again, through PgBouncer (transaction mode), OUTBOX_KAFKA_CLIENT=kafkajs'
 TEST_VIA_POOLER=1 TEST_KAFKA_CLIENT=kafkajs run_tests --test-concurrency=1 --test-timeout=600000 \
-  test/integration/relay.test.ts test/integration/failures.test.ts test/integration/publishing.test.ts || status=$?
+  test/integration/relay.test.ts test/integration/poison-rows.test.ts test/integration/missing-topics.test.ts \
+  test/integration/operator-commands.test.ts test/integration/database-faults.test.ts \
+  test/integration/secrets.test.ts test/integration/broker-faults.test.ts test/integration/publishing.test.ts || status=$?
 exit "$status"

@@ -278,6 +278,85 @@ export async function seqsById(sql: Sql, table: string): Promise<Map<string, num
   return new Map(rows.map((r) => [r.id, Number(r.seq)]));
 }
 
+/** The quoted name of an outbox table (schema-qualified when it is). */
+export function outboxTableOf(table: string): string {
+  return qualified(parseTableName(table));
+}
+
+/** A row of an outbox as a test sees it, whether still in the outbox or moved to its sent table. */
+export interface RowState {
+  seq: number;
+  id: string;
+  aggregateid: string;
+  topic: string | null;
+  attempts: number;
+  last_error: string | null;
+  /** next_attempt_at - now(), in ms (negative: due) */
+  due_in_ms: number | null;
+  parked: boolean;
+  sent: boolean;
+  skipped: boolean;
+}
+
+/** Every row of the outbox and of its sent table, in seq order. */
+export async function rowStates(sql: Sql, table: string): Promise<RowState[]> {
+  const rows = await sql.unsafe<(Omit<RowState, 'seq' | 'due_in_ms'> & { seq: string; due_in_ms: string | null })[]>(
+    `SELECT seq, id, aggregateid, topic, attempts, last_error,
+            CASE WHEN isfinite(next_attempt_at) THEN extract(epoch FROM next_attempt_at - now()) * 1000 END AS due_in_ms,
+            parked_at IS NOT NULL AS parked, sent_at IS NOT NULL AS sent, skipped_at IS NOT NULL AS skipped
+     FROM ${outboxTableOf(table)}
+     UNION ALL
+     SELECT seq, id, aggregateid, topic, attempts, NULL, NULL, false, true, false FROM ${sentTableOf(table)}
+     ORDER BY seq`,
+  );
+  return rows.map((r) => ({ ...r, seq: Number(r.seq), due_in_ms: r.due_in_ms === null ? null : Number(r.due_in_ms) }));
+}
+
+export async function rowById(sql: Sql, table: string, id: string): Promise<RowState> {
+  const row = (await rowStates(sql, table)).find((r) => r.id === id);
+  assert.ok(row, `row ${id} exists`);
+  return row;
+}
+
+/** Bring every backing-off row due now, so the next invocation retries it (instead of waiting). */
+export async function makeDue(sql: Sql, table: string): Promise<void> {
+  await sql.unsafe(`UPDATE ${outboxTableOf(table)} SET next_attempt_at = now() WHERE sent_at IS NULL AND attempts > 0 AND next_attempt_at > now()`);
+}
+
+/** Resolves once at least `n` rows of the table are marked sent (or the deadline passes). */
+export async function waitSent(sql: Sql, table: string, n: number, timeoutMs = 20_000): Promise<number> {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    const { sent } = await counts(sql, table);
+    if (sent >= n || Date.now() > until) return sent;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+/** Terminate every backend of the relay (found by its application_name = OUTBOX_CLIENT_ID), or of a role; returns how many. */
+export async function terminateBackends(admin: Sql, where: { applicationName?: string; user?: string }): Promise<number> {
+  const rows = where.applicationName
+    ? await admin<{ ok: boolean }[]>`SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity WHERE application_name = ${where.applicationName} AND pid <> pg_backend_pid()`
+    : await admin<{ ok: boolean }[]>`SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity WHERE usename = ${where.user!} AND pid <> pg_backend_pid()`;
+  return rows.filter((r) => r.ok).length;
+}
+
+/** The `id` headers of the messages, in their order. */
+export function idsOf(msgs: Consumed[]): string[] {
+  return msgs.map((m) => m.headers.id!);
+}
+
+/** Whether the broker has the topic (the relay never creates one). */
+export async function topicExists(topic: string): Promise<boolean> {
+  const admin = kafka.admin();
+  await admin.connect();
+  try {
+    return (await admin.listTopics()).includes(topic);
+  } finally {
+    await admin.disconnect();
+  }
+}
+
 /** How many copies of each row (by its `id` header) arrived. */
 export function copiesById(messages: Consumed[]): Map<string, number> {
   const copies = new Map<string, number>();

@@ -302,7 +302,7 @@ describe('the packaged zip under the Lambda Runtime Interface Emulator', () => {
     assert.equal((await consumeAll([f.topic('order')], 2_300, 30_000)).length, 2_300);
   });
 
-  it('killed at the function timeout between a batch\'s ack and its COMMIT ("Task timed out", a failure): the next invocation re-sends exactly that batch and delivers the rest', async () => {
+  it('G1/G2: killed at the function timeout between a batch\'s ack and its COMMIT ("Task timed out", a failure): the next invocation re-sends exactly that batch and delivers the rest', async () => {
     const f = await fixture(sql, 'riewindow');
     const ids = await insertEvents(sql, f.table, Array.from({ length: 1_000 }, (_, i) => ({ aggregateid: `a-${i % 20}`, payload: { i } })));
     const batch = 100;
@@ -343,7 +343,7 @@ describe('the packaged zip under the Lambda Runtime Interface Emulator', () => {
     assert.deepEqual(await counts(sql, f.table), { total: 300, sent: 300, parked: 0, pending: 0 });
   });
 
-  it('the function frozen at an arbitrary point (its runtime process SIGSTOPped) is killed by the emulator at the timeout; the next tick, a cold start, recovers: nothing lost, at most one batch sent twice', async (t) => {
+  it('G1/G2/G7: the function frozen at an arbitrary point (its runtime process SIGSTOPped) is killed by the emulator at the timeout, leaving no transaction open; the next tick, a cold start, recovers: nothing lost, at most one batch sent twice', async (t) => {
     const f = await fixture(sql, 'rietimeout');
     const appName = `rietimeout-${f.table}`;
     const ids = await insertEvents(sql, f.table, Array.from({ length: 20_000 }, (_, i) => ({ aggregateid: `a-${i % 50}`, payload: { i } })));
@@ -387,7 +387,7 @@ describe('the packaged zip under the Lambda Runtime Interface Emulator', () => {
     t.diagnostic(`${extra} copies too many; ${atDeadline} invocation(s) after the kill ended at their deadline`);
   });
 
-  it("the database frozen mid-invocation (the relay's own backends SIGSTOPped): the handler fails before the function timeout, with the deadline the runtime gave it, not killed by the emulator", async (t) => {
+  it("G5: the database frozen mid-invocation (the relay's own backends SIGSTOPped): the handler fails before the function timeout, with the deadline the runtime gave it, not killed by the emulator", async (t) => {
     const f = await fixture(sql, 'riedbstop');
     const appName = `riedbstop-${f.table}`;
     // enough that the invocation is still busy when the test freezes the database after 500 rows

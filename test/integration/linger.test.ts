@@ -179,7 +179,7 @@ describe('linger mode', () => {
     }
   });
 
-  it('two overlapping lingering invocations (a timeout longer than the period) deliver a steady stream exactly once, in order per aggregate', async (ctx) => {
+  it('G3/G4: two overlapping lingering invocations (a timeout longer than the period) deliver a steady stream exactly once, in order per aggregate', async (ctx) => {
     const f = await fixture(sql, 'linger_overlap');
     const a = runtime(f, { OUTBOX_BATCH_SIZE: '50' });
     const b = runtime(f, { OUTBOX_BATCH_SIZE: '50' });
@@ -221,7 +221,7 @@ describe('linger mode', () => {
     }
   });
 
-  it('broker paused (SIGSTOP) while an invocation lingers: a new row is sent into the pause and the invocation still returns before its deadline, failing as broker-unavailable; nothing is lost', async (ctx) => {
+  it('G1/G5: broker paused (SIGSTOP) while an invocation lingers: a new row is sent into the pause and the invocation still returns before its deadline, failing as broker-unavailable; nothing is lost', async (ctx) => {
     const f = await fixture(sql, 'linger_paused');
     const rt = runtime(f, { OUTBOX_SAFETY_MARGIN_MS: '2000' });
     const pid = brokerPid();

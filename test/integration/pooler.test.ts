@@ -91,7 +91,7 @@ describe('the default DATABASE_PREPARE=true meets a transaction pooler', () => {
     }
   });
 
-  it('CLI, 3 concurrent invokers × 3 rounds through PgBouncer with nothing set: every invocation succeeds, every row once, in order per aggregate', async () => {
+  it('G3/G4: CLI, 3 concurrent invokers × 3 rounds through PgBouncer with nothing set: every invocation succeeds, every row once, in order per aggregate', async () => {
     const f = await fixture(sql, 'pooled', ['order'], 3);
     const ids = await insertEvents(sql, f.table, Array.from({ length: 6_000 }, (_, i) => ({ aggregateid: `a-${(i * 7919) % 200}`, payload: { i } })));
     // Before the probe, 3 to 5 of every 12-20 such invocations failed with
@@ -117,7 +117,7 @@ describe('the default DATABASE_PREPARE=true meets a transaction pooler', () => {
     for (const [key, order] of firstCopyOrder(msgs, (id) => seqs.get(id)!)) assert.ok(isSorted(order), `aggregate ${key} out of order`);
   });
 
-  it('named statements through the pooler regardless (a client the probe never saw): the batch fails with an error that names the pooler and DATABASE_PREPARE=false', async (t) => {
+  it('G8: named statements through the pooler regardless (a client the probe never saw): the batch fails with an error that names the pooler and DATABASE_PREPARE=false', async (t) => {
     const f = await fixture(sql, 'lost');
     await insertEvents(sql, f.table, [{ aggregateid: 'a' }, { aggregateid: 'b' }]);
     const appName = `lost-${f.table}`;
@@ -181,7 +181,7 @@ describe('the default DATABASE_PREPARE=true meets a transaction pooler', () => {
 });
 
 describe('the pooler itself hangs', () => {
-  it('PgBouncer frozen (SIGSTOP): an invocation through it fails within its budget, and `status` gives up at its --timeout, both naming the database', async (t) => {
+  it('G5: PgBouncer frozen (SIGSTOP): an invocation through it fails within its budget, and `status` gives up at its --timeout, both naming the database', async (t) => {
     // the pid services.sh recorded (`npm run services:up` starts the pooler with the rest)
     let pid: number;
     try {

@@ -65,8 +65,8 @@ function assertCopies(msgs: Consumed[], marked: Set<string>, maxCopies: number):
   return copies;
 }
 
-describe('sends that fit: rows that each fit are never refused together', () => {
-  it('150 rows of one aggregate (~150 KB) on a 3-partition topic with max.message.bytes=100000, between 60 small aggregates; a second topic meanwhile', async () => {
+describe('G6: sends that fit: rows that each fit are never refused together', () => {
+  it('150 rows of one aggregate (~150 KB) on a 3-partition topic with max.message.bytes=100000, between 60 small aggregates; a second topic meanwhile: every row once, each aggregate in order (G4)', async () => {
     const f = await fixture(sql, 'fit', ['small', 'other']);
     const limited = f.topic('limited');
     await createTopics([limited], 3, [{ name: 'max.message.bytes', value: '100000' }]);
@@ -94,7 +94,7 @@ describe('sends that fit: rows that each fit are never refused together', () => 
     for (const [key, order] of firstCopyOrder(msgs, (id) => seqOf.get(id)!)) assert.ok(isSorted(order), `aggregate ${key} in seq order`);
   });
 
-  it('a limit the relay did not know, on a 3-partition topic: the broker refuses one partition (MESSAGE_TOO_LARGE) and appends the others; only the big row is parked, the rest arrive, none more than twice', async () => {
+  it('a limit the relay did not know, on a 3-partition topic: the broker refuses one partition (MESSAGE_TOO_LARGE) and appends the others; only the big row is parked, the rest arrive, none more than twice, every marked row on Kafka (G1)', async () => {
     const f = await fixture(sql, 'sizebroker');
     const small = f.topic('small');
     await createTopics([small], 3, [{ name: 'max.message.bytes', value: '2048' }]);
@@ -119,8 +119,8 @@ describe('sends that fit: rows that each fit are never refused together', () => 
   });
 });
 
-describe('a topic refused as a whole: backed off, no row charged, other topics flow', () => {
-  it('a topic deleted in the middle of a backlog: its rows stay pending with attempts = 0, the other topic is delivered; recreated, everything is delivered', async () => {
+describe('G6: a topic refused as a whole: backed off, no row charged, other topics flow', () => {
+  it('a topic deleted in the middle of a backlog: its rows stay pending with attempts = 0, the other topic is delivered; recreated, everything is delivered, in order per aggregate (G4)', async () => {
     const f = await fixture(sql, 'deleted', ['gone', 'stay']);
     const events: EventSpec[] = Array.from({ length: 4_000 }, (_, i) => ({ aggregatetype: i % 2 ? 'stay' : 'gone', aggregateid: `${i % 2 ? 's' : 'g'}-${i % 40}`, payload: { i } }));
     const ids = await insertEvents(sql, f.table, events);
@@ -163,7 +163,7 @@ describe('a topic refused as a whole: backed off, no row charged, other topics f
   });
 });
 
-describe('a lost answer: the broker appended a batch, the relay never heard', () => {
+describe('G1/G2: a lost answer: the broker appended a batch, the relay never heard', () => {
   // The warm container's producer sends through a proxy that swallows the broker's answers to
   // Produce requests. Another container then sends and marks those rows, and the warm container
   // goes on with as many new rows, to the same partition: a producer reused with its sequence

@@ -156,7 +156,7 @@ describe('G2: a batch\'s COMMIT reaches the database before the next batch reach
   });
 });
 
-describe('G2: a crash after a batch\'s COMMIT went out, while the next batch is in flight', () => {
+describe('G1/G2: a crash after a batch\'s COMMIT went out, while the next batch is in flight', () => {
   it('killed while COMMIT 1 is on the wire, its answer not received, and batch 2 on the broker: the database commits what it received, only batch 2 is re-sent', async () => {
     const f = await fixture(sql, 'crash2', ['order'], 1);
     // 150 aggregates, batches of 100: batch 2 (rows 100-149) is claimed ahead while batch 1 is in
@@ -245,8 +245,8 @@ describe('G2: a crash after a batch\'s COMMIT went out, while the next batch is 
   });
 });
 
-describe('G3 and G4 under concurrency', () => {
-  it('G3: 10,000 rows, 300 aggregates, 6 invocations at once (warm Runtimes, each its own connections and producer): they overlapped, shared the work, each row exactly once, in order per aggregate', async () => {
+describe('under concurrency', () => {
+  it('G3/G4: 10,000 rows, 300 aggregates, 6 invocations at once (warm Runtimes, each its own connections and producer): they overlapped, shared the work, each row exactly once, in order per aggregate', async () => {
     const f = await fixture(sql, 'g3', ['order'], 6);
     const events: EventSpec[] = Array.from({ length: 10_000 }, (_, i) => ({ aggregateid: `agg-${(i * 7919) % 300}`, payload: { i } }));
     const ids = await insertEvents(sql, f.table, events);
@@ -377,7 +377,7 @@ describe('G3 and G4 under concurrency', () => {
     assert.equal(run.bPublished, 0, `relay B took no row of the aggregate while A held its first rows (${run.detail})`);
   });
 
-  it('G4, the same scenario with the unguarded claim (SKIP LOCKED alone, the benchmark\'s comparison): relay B publishes later rows first, so the test above can fail', async (ctx) => {
+  it('the same scenario with the unguarded claim (SKIP LOCKED alone, the benchmark\'s comparison): relay B publishes later rows first, so the test above can fail', async (ctx) => {
     const run = await serializedWriters(sql, { guard: false });
     ctx.diagnostic(run.detail);
     assert.ok(run.bPublished > 0, `relay B took later rows of the aggregate while A held its first ones (${run.detail})`);
@@ -553,7 +553,7 @@ describe('G7: short transactions', () => {
 });
 
 describe('G5: the budget holds when the database hangs', () => {
-  it('the relay\'s own backends frozen (SIGSTOP) mid-invocation: returns before the deadline; nothing lost after they resume', async () => {
+  it('the relay\'s own backends frozen (SIGSTOP) mid-invocation: returns before the deadline; nothing lost after they resume (G1)', async () => {
     const f = await fixture(sql, 'dbstop');
     const ids = await insertEvents(sql, f.table, Array.from({ length: 20_000 }, (_, i) => ({ aggregateid: `a-${i % 50}`, payload: { i } })));
     const appName = `relay-dbstop-${f.table}`;

@@ -51,7 +51,7 @@ async function count(table: string): Promise<number> {
   return (await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${table}`))[0]!.n;
 }
 
-describe('G1/G7: a transaction is ended by the server, never by forgetting it', () => {
+describe('a transaction is ended by the server, never by forgetting it', () => {
   // The library behaviour the relay guards against. If an upgrade of postgres.js changes it (a
   // released connection rolled back, or refused), this test says so, and OutboxStore.abandon may
   // become simpler.
@@ -71,7 +71,7 @@ describe('G1/G7: a transaction is ended by the server, never by forgetting it', 
     assert.equal(r!.n, 1, `postgres.js ${name}: the leftover INSERT was committed by an unrelated transaction`);
   });
 
-  it('G1: a batch whose ROLLBACK cannot be sent (another connection of the client closed) never commits its premarks: the client is ended, the server rolls back, the rows stay pending and unlocked', { timeout: 60_000 }, async () => {
+  it('G1/G7: a batch whose ROLLBACK cannot be sent (another connection of the client closed) never commits its premarks: the client is ended, the server rolls back, the rows stay pending and unlocked', { timeout: 60_000 }, async () => {
     const { name, t, sent } = await table('tx_lost');
     await insertEvents(sql, name, [{ aggregateid: 'a' }, { aggregateid: 'b' }]);
     const appName = `relay-${name}`;
@@ -114,7 +114,7 @@ describe('G1/G7: a transaction is ended by the server, never by forgetting it', 
     }
   });
 
-  it('G1: a ROLLBACK that is not answered in time (the backend stopped) does not release its connection: the client is ended and the rows stay pending', { timeout: 60_000 }, async () => {
+  it('G1/G7: a ROLLBACK that is not answered in time (the backend stopped) does not release its connection: the client is ended and the rows stay pending', { timeout: 60_000 }, async () => {
     const { name, t, sent } = await table('tx_slow');
     await insertEvents(sql, name, [{ aggregateid: 'a' }, { aggregateid: 'b' }]);
     const appName = `relay-${name}`;
@@ -150,7 +150,7 @@ describe('G1/G7: a transaction is ended by the server, never by forgetting it', 
     assert.equal(await count(t), 2, 'both rows still pending');
   });
 
-  it('G5: a failure at the deadline with both of the invocation\'s transactions unanswerable (the batch and the claim ahead, their backends stopped) ends within the safety margin: one short grace, then the client is ended', { timeout: 60_000 }, async () => {
+  it('G1/G5/G7: a failure at the deadline with both of the invocation\'s transactions unanswerable (the batch and the claim ahead, their backends stopped) ends within the safety margin: one short grace, then the client is ended', { timeout: 60_000 }, async () => {
     const { name, t, sent } = await table('tx_graces');
     await insertEvents(sql, name, [{ aggregateid: 'a' }, { aggregateid: 'b' }]);
     const appName = `relay-${name}`;
@@ -190,7 +190,7 @@ describe('G1/G7: a transaction is ended by the server, never by forgetting it', 
 });
 
 describe('G1/G7: every mechanism at once, on the real services', () => {
-  it('G1: retention busy, batches mixing a topic the broker has and one it refuses, a backend of the relay terminated every 150 ms, 12 invocations of one warm Runtime: every row in the sent table is on Kafka after each; once the faults stop, every row of the existing topic is delivered and no transaction is left open', { timeout: 240_000 }, async () => {
+  it('G1/G6: retention busy, batches mixing a topic the broker has and one it refuses, a backend of the relay terminated every 150 ms, 12 invocations of one warm Runtime: every row in the sent table is on Kafka after each; once the faults stop, every row of the existing topic is delivered and no transaction is left open', { timeout: 240_000 }, async () => {
     // 'order' has its topic; 'gone' has none (auto-creation is off): the broker refuses it, the
     // topic is backed off, its rows stay pending and uncharged, and a batch that held some of them
     // rolls back to its premark savepoint and moves only the acked rows

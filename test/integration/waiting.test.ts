@@ -36,7 +36,7 @@ async function blockedAggregate(table: string): Promise<{ t: string; blockingSeq
 }
 
 describe('waiting marks', () => {
-  it('a parked row: the rows behind it are marked waiting in the same commit, counted as pending, and freed in order by `parked retry`', async () => {
+  it('a parked row: the rows behind it are marked waiting in the same commit, counted as pending, and freed in order by `parked retry` (G4)', async () => {
     const f = await fixture(sql, 'wait_parked');
     const t = qualified(parseTableName(f.table));
     const env = { ...f.env, OUTBOX_MAX_ATTEMPTS: '1' };
@@ -178,7 +178,7 @@ describe('waiting marks', () => {
     }
   });
 
-  it('backing-off aggregates: the rows written behind them are marked by the next invocation, and freed as each backoff ends and its row is sent, within the same invocation', async () => {
+  it('backing-off aggregates: the rows written behind them are marked by the next invocation, and freed as each backoff ends and its row is sent, within the same invocation, each aggregate in order (G4)', async () => {
     const f = await fixture(sql, 'wait_backoff');
     const t = qualified(parseTableName(f.table));
     // 20 aggregates whose first row failed once and backs off for an hour, 10 rows behind each

@@ -70,7 +70,7 @@ describe('loadConfig', () => {
     assert.equal(c.kafka.ssl, true);
   });
 
-  it('names the variable and the expected form for every problem at once', () => {
+  it('G8: names the variable and the expected form for every problem at once', () => {
     const p = problems({ KAFKA_BROKERS: '', OUTBOX_BATCH_SIZE: 'lots', OUTBOX_PARKED_POLICY: 'maybe' });
     assert.ok(p.some((x) => x.includes('DATABASE_URL or DATABASE_SECRET_ID is required')));
     assert.ok(p.some((x) => x.startsWith('KAFKA_BROKERS is required')));
@@ -78,7 +78,7 @@ describe('loadConfig', () => {
     assert.ok(p.some((x) => x.startsWith('OUTBOX_PARKED_POLICY="maybe" is not one of hold, skip')));
   });
 
-  it('rejects a table name that is not an identifier, so it never reaches SQL', () => {
+  it('G8: rejects a table name that is not an identifier, so it never reaches SQL', () => {
     const p = problems({ ...base, OUTBOX_TABLE: 'outbox; drop table x' });
     assert.equal(p.length, 1);
     assert.match(p[0]!, /^OUTBOX_TABLE: "outbox; drop table x" is not a valid table name/);
@@ -86,7 +86,7 @@ describe('loadConfig', () => {
     assert.ok(problems({ ...base, OUTBOX_TABLE: '"quoted"' }).length === 1);
   });
 
-  it('rejects bad URLs, brokers, ranges and templates', () => {
+  it('G8: rejects bad URLs, brokers, ranges and templates, naming each', () => {
     assert.match(problems({ ...base, DATABASE_URL: 'mysql://x' })[0]!, /DATABASE_URL must start with postgres:\/\//);
     assert.match(problems({ ...base, KAFKA_BROKERS: 'localhost' })[0]!, /KAFKA_BROKERS entry "localhost" is not host:port/);
     assert.match(problems({ ...base, OUTBOX_BATCH_SIZE: '0' })[0]!, /out of range/);
@@ -165,14 +165,14 @@ describe('loadConfig: every variable, its default and its bounds', () => {
     assert.equal(c.database.ssl, undefined);
   });
 
-  it('booleans: true, 1, yes, on / false, 0, no, off, any case; anything else is a problem', () => {
+  it('booleans: true, 1, yes, on / false, 0, no, off, any case; anything else is a problem that names the expected values (G8)', () => {
     for (const yes of ['true', '1', 'yes', 'on', 'TRUE', 'On']) assert.equal(loadConfig({ ...base, KAFKA_SSL: yes }).kafka.ssl, true, yes);
     for (const no of ['false', '0', 'no', 'off', 'NO']) assert.equal(loadConfig({ ...base, DATABASE_PREPARE: no }).database.prepare, false, no);
     assert.deepEqual(problems({ ...base, KAFKA_SSL: 'maybe' }), ['KAFKA_SSL="maybe" is not a boolean; expected true or false (default false)']);
     assert.deepEqual(problems({ ...base, DATABASE_PREPARE: '2' }), ['DATABASE_PREPARE="2" is not a boolean; expected true or false (default true)']);
   });
 
-  it('whole numbers only, within their bounds (inclusive)', () => {
+  it('whole numbers only, within their bounds (inclusive); anything else is a problem that names the bounds and the default (G8)', () => {
     for (const bad of ['12abc', 'abc12', '-5', '1.5', '1e3']) {
       assert.deepEqual(problems({ ...base, OUTBOX_BATCH_SIZE: bad }), [`OUTBOX_BATCH_SIZE=${JSON.stringify(bad)} is not a whole number; expected an integer between 1 and 10000 (default 500)`]);
     }
@@ -182,7 +182,7 @@ describe('loadConfig: every variable, its default and its bounds', () => {
     assert.deepEqual(problems({ ...base, OUTBOX_MAX_REQUEST_BYTES: '1023' }), ['OUTBOX_MAX_REQUEST_BYTES=1023 is out of range; expected an integer between 1024 and 100000000 (default 1048576)']);
   });
 
-  it('one-of settings name the allowed values and the default', () => {
+  it('G8: one-of settings name the allowed values and the default', () => {
     assert.deepEqual(problems({ ...base, DATABASE_SSL: 'prefer' }), ['DATABASE_SSL="prefer" is not one of disable, require, verify-full (default require)']);
     assert.deepEqual(problems({ ...base, OUTBOX_COMPRESSION: 'zstd' }), ['OUTBOX_COMPRESSION="zstd" is not one of none, gzip (default none)']);
     assert.deepEqual(problems({ ...base, OUTBOX_KAFKA_CLIENT: 'librdkafka' }), ['OUTBOX_KAFKA_CLIENT="librdkafka" is not one of kafkajs, platformatic (default kafkajs)']);
@@ -193,7 +193,7 @@ describe('loadConfig: every variable, its default and its bounds', () => {
     assert.equal(c.outbox.backoffMaxMs, 1_000);
   });
 
-  it('the database URL must start with the scheme; brokers must be exactly host:port', () => {
+  it('G8: the database URL must start with the scheme; brokers must be exactly host:port', () => {
     assert.match(problems({ ...base, DATABASE_URL: 'jdbc:postgres://h/db' })[0]!, /DATABASE_URL must start with postgres:\/\//);
     assert.equal(loadConfig({ ...base, DATABASE_URL: 'postgresql://h/db' }).database.url, 'postgresql://h/db');
     for (const bad of ['a/b:9092', 'a:123456', 'a:9092/x']) {
@@ -202,7 +202,7 @@ describe('loadConfig: every variable, its default and its bounds', () => {
     assert.deepEqual(loadConfig({ ...base, KAFKA_BROKERS: 'b-1.msk_x:9096,[::1]:9092,,' }).kafka.brokers, ['b-1.msk_x:9096', '[::1]:9092']);
   });
 
-  it('lists every unknown placeholder of the topic template', () => {
+  it('G8: lists every unknown placeholder of the topic template', () => {
     assert.deepEqual(problems({ ...base, OUTBOX_TOPIC_TEMPLATE: 'x.{tenant}.{type}.{}' }), [
       'OUTBOX_TOPIC_TEMPLATE="x.{tenant}.{type}.{}" uses unknown placeholder(s) {tenant}, {}; allowed: {aggregatetype}, {type}',
     ]);
@@ -221,7 +221,7 @@ describe('loadConfig: telemetry (service, stage, namespace, where metrics go)', 
     assert.deepEqual(t, { serviceName: 'orders-relay', stage: 'prod-eu_1', metricsNamespace: 'Team/Outbox', metrics: 'stdout' });
   });
 
-  it('refuses what CloudWatch would drop: a long service name, a stage or namespace of the wrong form, the AWS/ prefix', () => {
+  it('G8: refuses what CloudWatch would drop: a long service name, a stage or namespace of the wrong form, the AWS/ prefix', () => {
     assert.deepEqual(problems({ ...base, POWERTOOLS_SERVICE_NAME: 'x'.repeat(251) }), ['POWERTOOLS_SERVICE_NAME must be at most 250 characters']);
     assert.equal(loadConfig({ ...base, POWERTOOLS_SERVICE_NAME: 'x'.repeat(250) }).telemetry.serviceName.length, 250);
     assert.match(problems({ ...base, OUTBOX_STAGE: 'prod stage' })[0]!, /^OUTBOX_STAGE="prod stage" must be 1-64 letters/);

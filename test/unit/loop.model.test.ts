@@ -592,7 +592,7 @@ function lingerParams(numRuns: number): fc.Parameters<[Scenario]> {
 
 describe('invocation loop, model-based (in-memory store and broker, fast-check)', () => {
   const NO_FAULT_RUNS = 400;
-  it(`without faults: every row is acked once and committed sent, except behind foreign locks (${NO_FAULT_RUNS} cases)`, async () => {
+  it(`without faults: every row is acked once and committed sent, except behind foreign locks; G1, G2, G4, G5, G7 (${NO_FAULT_RUNS} cases)`, async () => {
     await fc.assert(
       fc.asyncProperty(scenarioArb({ faults: false, crash: false, hangs: false }), async (sc) => {
         const { world, ending } = await run(sc);
@@ -608,7 +608,7 @@ describe('invocation loop, model-based (in-memory store and broker, fast-check)'
   });
 
   const FAULT_RUNS = 1_500;
-  it(`faults at every step (claim, sends, premark, COMMIT, its answer): G1, G2, G4, G5, summary = committed state (${FAULT_RUNS} cases)`, async () => {
+  it(`faults at every step (claim, sends, premark, COMMIT, its answer): G1, G2, G4, G5, G7, summary = committed state (${FAULT_RUNS} cases)`, async () => {
     await fc.assert(
       fc.asyncProperty(scenarioArb({ faults: true, crash: false, hangs: false }), async (sc) => {
         const { world, ending } = await run(sc);
@@ -632,7 +632,7 @@ describe('invocation loop, model-based (in-memory store and broker, fast-check)'
   });
 
   const HANG_RUNS = 60;
-  it(`a database or broker that stops answering: settles by the deadline (G5), G1, G2, G4 (${HANG_RUNS} cases, 60-120 ms budgets)`, async () => {
+  it(`a database or broker that stops answering: settles by the deadline (G5), G1, G2, G4, G7 (${HANG_RUNS} cases, 60-120 ms budgets)`, async () => {
     await fc.assert(
       fc.asyncProperty(scenarioArb({ faults: true, crash: false, hangs: true }), async (sc) => {
         const { world, ending } = await run(sc);
@@ -664,7 +664,7 @@ describe('a connection released inside its transaction (BatchTx.rollback on a po
     deadlineMs: ROOMY_DEADLINE_MS,
   };
 
-  it('BatchTx ends the client instead (OutboxStore.abandon): nothing of the rolled-back transaction is committed, G1 holds', async () => {
+  it('BatchTx ends the client instead (OutboxStore.abandon): nothing of the rolled-back transaction is committed, G1 and G7 hold', async () => {
     const { world, ending } = await run(sc, 'abandon');
     checkSafety(sc, world, ending);
     checkEnding(sc, world, ending);
@@ -688,7 +688,7 @@ describe('linger mode (OUTBOX_IDLE=linger), model-based: rows committed while th
   const LINGER_RUNS = 15;
   for (const wake of ['notify', 'poll'] as const) {
     const how = wake === 'notify' ? 'NOTIFY (LISTEN may fail, or be lost: then polling)' : 'polling';
-    it(`without faults, woken by ${how}: every row committed before the wait's end is delivered, by the wake-ups it should cause; G1, G2, G4, G5, the reserve kept (${LINGER_RUNS} cases)`, async () => {
+    it(`without faults, woken by ${how}: every row committed before the wait's end is delivered, by the wake-ups it should cause; G1, G2, G4, G5, G7, the reserve kept (${LINGER_RUNS} cases)`, async () => {
       await fc.assert(
         fc.asyncProperty(lingerScenarioArb({ faults: false, crash: false, wake }), async (sc) => {
           const { world, ending, deadlineAt } = await run(sc);
@@ -703,7 +703,7 @@ describe('linger mode (OUTBOX_IDLE=linger), model-based: rows committed while th
   }
 
   const LINGER_FAULT_RUNS = 15;
-  it(`faults at every step, the probe's and LISTEN's too (failing, hung, slow, lost): G1, G2, G4, G5, summary = committed state, the reserve kept (${LINGER_FAULT_RUNS} cases)`, async () => {
+  it(`faults at every step, the probe's and LISTEN's too (failing, hung, slow, lost): G1, G2, G4, G5, G7, summary = committed state, the reserve kept (${LINGER_FAULT_RUNS} cases)`, async () => {
     await fc.assert(
       fc.asyncProperty(lingerScenarioArb({ faults: true, crash: false }), async (sc) => {
         const { world, ending, deadlineAt } = await run(sc);

@@ -1,6 +1,6 @@
 // The publisher's own state across invocations of a warm container (pure logic: a fake client
 // whose connects and sends the test settles by hand). What the real clients do with a broker that
-// is paused is tested against one in linger.test.ts and failures.test.ts.
+// is paused is tested against one in linger.test.ts and broker-faults.test.ts.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { Deadline } from '../../src/budget.ts';
