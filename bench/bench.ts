@@ -73,7 +73,18 @@ const { values } = parseArgs({
     smoke: { type: 'boolean', default: false },
   },
 });
-if (values.smoke) Object.assign(values, { events: '3000', repeat: '1', aggregates: '100', 'peer-warmup': '0' });
+if (values.smoke) {
+  Object.assign(values, { events: '3000', repeat: '1', aggregates: '100', 'peer-warmup': '0' });
+  // the opt-in ones (--only sustained,burst,marks), in seconds too
+  Object.assign(values, { minutes: '0.25', 'invoke-seconds': '5', 'retain-seconds': '3', 'baseline-seconds': '5', 'burst-events': '5000', claims: '5' });
+}
+
+/** The dotted paths of the figures in `record` that are not numbers (NaN, Infinity): a bench that measured nothing. */
+function notNumbers(record: unknown, path = ''): string[] {
+  if (typeof record === 'number') return Number.isFinite(record) ? [] : [`${path}: ${record}`];
+  if (record === null || typeof record !== 'object') return [];
+  return Object.entries(record).flatMap(([k, v]) => notNumbers(v, path ? `${path}.${k}` : k));
+}
 /** rows waiting behind failed rows in the sqlWaiting* measurements */
 const WAITING = values.smoke ? 10_000 : WAITING_ROWS;
 /** the commit measured, as every published figure names it */
@@ -449,7 +460,10 @@ async function measureAll(
   for (const [key, extra] of extras) {
     if (!only?.includes(key)) continue;
     run = `${Date.now().toString(36)}x`;
-    extraResults[key] = await extra();
+    const figures = await extra();
+    const bad = notNumbers(figures);
+    if (bad.length) throw new Error(`${key}: figures that are not numbers: ${bad.join(', ')}`);
+    extraResults[key] = figures;
   }
   const m = (k: string) => median(all.get(k)!);
   // Debezium next to each client's relay
