@@ -106,13 +106,12 @@ export class ProducerPublisher implements Publisher {
   }
 
   private startConnect(): Connecting {
-    const attempt: Connecting = { abandoned: false, done: Promise.resolve(undefined as never) };
-    const settled = () => {
-      if (this.connecting === attempt) this.connecting = undefined;
-    };
-    attempt.done = this.connect().then(
-      (slot) => {
-        settled();
+    const attempt = { abandoned: false } as Connecting;
+    attempt.done = this.connect()
+      .finally(() => {
+        if (this.connecting === attempt) this.connecting = undefined;
+      })
+      .then((slot) => {
         // abandoned at a deadline, or close() was called meanwhile: disposed of, never used
         if (attempt.abandoned || this.closed) {
           this.dispose(slot);
@@ -120,12 +119,7 @@ export class ProducerPublisher implements Publisher {
         }
         this.slot = slot;
         return slot;
-      },
-      (err: unknown) => {
-        settled();
-        throw err;
-      },
-    );
+      });
     attempt.done.catch(noop);
     return attempt;
   }

@@ -29,7 +29,7 @@ export const CLIENT_OPTIONS: Pick<Options<Record<string, never>>, 'fetch_types' 
   fetch_types: false,
   // typed as no custom types: they only serialize parameters, and a client typed with them would
   // be another Sql type everywhere, for helpers (sql.typed.*) the relay does not use
-  types: Object.fromEntries(Object.entries(ARRAY_OIDS).map(([name, oid]) => [`${name}_array`, { to: oid, from: [], serialize: arrayLiteral, parse: (x: string) => x }])) as unknown as Record<string, never>,
+  types: Object.fromEntries(Object.entries(ARRAY_OIDS).map(([name, oid]) => [`${name}_array`, { to: oid, serialize: arrayLiteral }])) as unknown as Record<string, never>,
 };
 
 const opened = new WeakMap<Sql, Promise<unknown>>();
@@ -42,16 +42,14 @@ const opened = new WeakMap<Sql, Promise<unknown>>();
  * failure is tried again by the next call (a full server, say, may have room later).
  */
 export function openConnections(sql: Sql): Promise<unknown> {
-  let opening = opened.get(sql);
-  if (!opening) {
-    const all = Promise.all(Array.from({ length: sql.options.max }, () => sql`SELECT 1`));
-    opened.set(sql, all);
-    all.catch(() => {
-      if (opened.get(sql) === all) opened.delete(sql);
-    });
-    opening = all;
-  }
-  return opening;
+  const known = opened.get(sql);
+  if (known) return known;
+  const all = Promise.all(Array.from({ length: sql.options.max }, () => sql`SELECT 1`));
+  opened.set(sql, all);
+  all.catch(() => {
+    if (opened.get(sql) === all) opened.delete(sql);
+  });
+  return all;
 }
 
 /**

@@ -17,7 +17,6 @@ import postgres, { type PendingQuery, type ReservedSql, type Row, type Sql } fro
 
 export type { ClaimedRow, Failure };
 
-
 /** rows marked waiting per transaction by markWaiting: a long backlog is marked in short transactions */
 const MARK_WAITING_CHUNK = 10_000;
 
@@ -46,8 +45,9 @@ export interface StoreOptions {
  *   sorts out of the plan where another path exists: the batch's other statements read through
  *   indexes or in no order, and a statement with no other way still sorts.
  * - enable_incremental_sort off: the same for a sort of rows that arrive sorted by a prefix of
- *   the key. The claim orders by both keys of the claim index (seq, next_attempt_at), so the walk of the seq_key index, which Postgres prices the same or lower on such an
- *   outbox (a two-column index is priced as less correlated with the heap), would need one. That
+ *   the key. The claim orders by both keys of the claim index (seq, next_attempt_at), so the walk
+ *   of the seq_key index, which Postgres prices the same or lower on such an outbox (a two-column
+ *   index is priced as less correlated with the heap), would need one. That
  *   walk reads waiting rows and tests every backing-off row on the heap.
  */
 export const BATCH_PLANNER_SETTINGS: ReadonlyArray<readonly [string, string]> = [
@@ -491,16 +491,7 @@ export class BatchTx implements BatchTransaction {
     if (!pre || failures.length > 0 || sent.length !== pre.seqs.size || !sent.every((s) => pre.seqs.has(s))) return undefined;
     if (!(await pre.written)) return undefined;
     this.premarked = undefined;
-    const answer = this.run('committing the batch', this.conn`COMMIT`).then(
-      () => this.end(),
-      (err: unknown) => {
-        // an answered COMMIT has ended the transaction on the server, failed or not; an unanswered
-        // one may not have (a lost race with the deadline, a closed connection): see endUnconfirmed
-        if (this.store.poisoned) this.endUnconfirmed();
-        else this.end();
-        throw err;
-      },
-    );
+    const answer = this.endWith(this.run('committing the batch', this.conn`COMMIT`));
     answer.catch(() => undefined);
     this.state = 'committing';
     await socketsFlushed();
@@ -514,16 +505,22 @@ export class BatchTx implements BatchTransaction {
   }
 
   /** COMMIT and wait for its answer (a chore's end: OutboxStore.chore). */
-  async commit(what: string): Promise<void> {
-    try {
-      await this.run(what, this.conn`COMMIT`);
-    } catch (err) {
-      // answered (an error), the server has ended the transaction; unanswered, maybe not
-      if (this.store.poisoned) this.endUnconfirmed();
-      else this.end();
-      throw err;
-    }
-    this.end();
+  commit(what: string): Promise<void> {
+    return this.endWith(this.run(what, this.conn`COMMIT`));
+  }
+
+  /** The transaction ends with its COMMIT's answer. */
+  private endWith(commit: Promise<unknown>): Promise<void> {
+    return commit.then(
+      () => this.end(),
+      (err: unknown) => {
+        // an answered COMMIT has ended the transaction on the server, failed or not; an unanswered
+        // one may not have (a lost race with the deadline, a closed connection): see endUnconfirmed
+        if (this.store.poisoned) this.endUnconfirmed();
+        else this.end();
+        throw err;
+      },
+    );
   }
 
   /** The connection, for the next batch's transaction, while this one's COMMIT is on the wire; once. */
@@ -630,8 +627,8 @@ export class BatchTx implements BatchTransaction {
 
   private async deadlineFree<T>(p: Promise<T>): Promise<T> {
     // A rollback may run past the deadline (it is how a failure ends), by a short grace of its
-    // own, inside the safety margin: what the deadline leaves, at least BUDGET.rollbackGraceMs.min, at
-    // most .max. Unanswered by then, the client is ended (rollback), so one grace is the most a
+    // own, inside the safety margin: what the deadline leaves, within BUDGET.rollbackGraceMs.
+    // Unanswered by then, the client is ended (rollback), so one grace is the most a
     // failure spends: the invocation's other transaction finds the client poisoned and waits not.
     const { min, max } = BUDGET.rollbackGraceMs;
     const graceMs = Math.min(max, Math.max(min, this.deadline.remaining()));
