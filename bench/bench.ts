@@ -133,7 +133,24 @@ async function fillTable(table: string, events = N): Promise<void> {
   await sql.unsafe(`VACUUM ANALYZE ${t}`);
 }
 
+/** every topic this run created, deleted when it ends: a broker that keeps them restarts slowly */
+const created: string[] = [];
+
+async function deleteCreatedTopics(): Promise<void> {
+  if (created.length === 0) return;
+  const admin = kafka.admin();
+  try {
+    await admin.connect();
+    await admin.deleteTopics({ topics: created, timeout: 30_000 });
+  } catch (e) {
+    console.error(`bench: could not delete its ${created.length} topics (${String(e)}); they stay on the broker`);
+  } finally {
+    await admin.disconnect();
+  }
+}
+
 async function createTopic(topic: string): Promise<void> {
+  created.push(topic);
   const admin = kafka.admin();
   await admin.connect();
   try {
@@ -547,5 +564,6 @@ async function measureAll(
 try {
   await main();
 } finally {
+  await deleteCreatedTopics();
   await sql.end({ timeout: 5 });
 }

@@ -107,6 +107,12 @@ group.initial.rebalance.delay.ms=0
 # a test box: keep segments small and let old data go
 log.retention.hours=24
 log.segment.bytes=67108864
+# Tests kill the broker and start it again. A restart replays the metadata log since the last
+# snapshot (every topic a test created or deleted, every producer id block): by default that is up
+# to 20 MB or an hour of records, a minute of replay on a busy test box. Snapshot often instead.
+metadata.log.max.record.bytes.between.snapshots=1048576
+metadata.log.max.snapshot.interval.ms=60000
+num.recovery.threads.per.data.dir=2
 EOF
   cat >"$KAFKA_DIR/log4j2.properties" <<'EOF'
 # Broker log to stdout (captured in .cache/kafka/broker.log); INFO for the server, WARN for noise.

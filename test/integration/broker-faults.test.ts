@@ -1,14 +1,14 @@
+// services: postgres
 // Broker faults: the shared broker killed (SIGKILL) or frozen (SIGSTOP) in the middle of an
 // invocation. Guarantees: G1 (nothing marked that is not on Kafka, no attempt charged, everything
 // delivered once the broker is back) and G5 (a frozen broker: the invocation returns before its
-// deadline). Invocations run as real child processes of the CLI. Each test restores the broker in
-// `finally` (services.sh up, then the topic's leaders).
+// deadline). Invocations run as real child processes of the CLI. The broker is this file's own
+// (private-broker.ts), so the files beside it keep theirs; each test restores it in `finally`.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Sql } from 'postgres';
 import type { Summary } from '../../src/relay.ts';
 import {
-  brokerPid,
   consumeAll,
   counts,
   db,
@@ -16,21 +16,26 @@ import {
   idsOf,
   insertEvents,
   rowStates,
-  servicesUp,
   startCli,
   topicCount,
   waitForLeaders,
   waitSent,
   type Consumed,
+  useKafka,
   invokeOk as invoke,
 } from './helpers.ts';
+import { startPrivateBroker, type PrivateBroker } from './private-broker.ts';
 
 let sql: Sql;
-before(() => {
+let broker: PrivateBroker;
+before(async () => {
   sql = db();
+  broker = await startPrivateBroker();
+  useKafka(broker.address);
 });
 after(async () => {
   await sql.end();
+  await broker?.stop();
 });
 
 /** G1: every row marked sent is on Kafka. Reads everything the topics hold (duplicates included). */
@@ -49,19 +54,18 @@ describe('broker faults: nothing is marked that is not on Kafka (G1)', () => {
     const f = await fixture(sql, 'brokerkill');
     const ids = await insertEvents(sql, f.table, Array.from({ length: 20_000 }, (_, i) => ({ aggregateid: `a-${i % 50}`, payload: { i } })));
     const env = { ...f.env, OUTBOX_BATCH_SIZE: '20' };
-    const pid = brokerPid();
     const running = startCli(['invoke', '--timeout', '60000'], env);
     let res;
     try {
       const sentBefore = await waitSent(sql, f.table, 500);
       assert.ok(sentBefore >= 500 && sentBefore < 20_000, `mid-invocation: ${sentBefore} sent`);
-      process.kill(pid, 'SIGKILL');
+      process.kill(broker.pid, 'SIGKILL');
       const killedAt = Date.now();
       res = await running.result;
       const endedAfterMs = Date.now() - killedAt;
       assert.equal(res.code, 1, res.stderr.slice(-2_000));
       assert.equal(res.summary?.stoppedBecause, 'broker-unavailable');
-      assert.match(res.stderr, /BrokerUnavailableError: Kafka unavailable at 127\.0\.0\.1:9092/);
+      assert.match(res.stderr, new RegExp(`BrokerUnavailableError: Kafka unavailable at ${broker.address}`));
       assert.ok(endedAfterMs < 20_000, `ended ${endedAfterMs} ms after the kill`);
       ctx.diagnostic(`killed after ${sentBefore} rows marked; the invocation ended ${endedAfterMs} ms later: ${String(res.summary?.error)}`);
       const states = await rowStates(sql, f.table);
@@ -70,7 +74,7 @@ describe('broker faults: nothing is marked that is not on Kafka (G1)', () => {
     } finally {
       running.child.kill('SIGKILL');
       const restart = Date.now();
-      servicesUp();
+      await broker.start();
       await waitForLeaders([f.topic('order')]);
       ctx.diagnostic(`broker restarted in ${Date.now() - restart} ms`);
     }
@@ -89,18 +93,16 @@ describe('broker faults: nothing is marked that is not on Kafka (G1)', () => {
     const f = await fixture(sql, 'brokerstop');
     const ids = await insertEvents(sql, f.table, Array.from({ length: 20_000 }, (_, i) => ({ aggregateid: `a-${i % 50}`, payload: { i } })));
     const env = { ...f.env, OUTBOX_BATCH_SIZE: '20', OUTBOX_SAFETY_MARGIN_MS: '2000' };
-    const pid = brokerPid();
     const running = startCli(['invoke', '--timeout', '8000'], env);
     let res;
     try {
       const sentBefore = await waitSent(sql, f.table, 500);
       assert.ok(sentBefore >= 500 && sentBefore < 20_000, `mid-invocation: ${sentBefore} sent`);
-      process.kill(pid, 'SIGSTOP');
+      process.kill(broker.pid, 'SIGSTOP');
       res = await running.result;
     } finally {
       running.child.kill('SIGKILL');
-      process.kill(pid, 'SIGCONT');
-      servicesUp();
+      await broker.resume();
       await waitForLeaders([f.topic('order')]);
     }
     const summary = res.summary as unknown as Summary;

@@ -1,3 +1,4 @@
+// services: postgres
 // The claim's plan on the table it meets under full load: a heap of many pages that holds little
 // but pending rows, once autovacuum has counted them. Postgres' cost model then prices the ordered
 // walk of the claim index as a read of the whole heap, and reads every pending row through the

@@ -1,3 +1,4 @@
+// services: postgres, kafka
 // G4 and G5 together: the order guard holds a row back behind an earlier row of its aggregate that
 // it cannot take, and the loop never claims behind such a row again and again (a claim, a hold
 // back, a rollback, until the budget is gone: every tick would burn its whole budget so). Claims

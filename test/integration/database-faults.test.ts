@@ -1,3 +1,4 @@
+// services: postgres, kafka
 // Database faults, injected by real means: the relay's backends terminated (pg_terminate_backend)
 // mid-batch, from the CLI and under a warm Runtime; a connection that closes while a batch waits
 // for one; a batch's COMMIT refused at commit time (a deferred constraint trigger). Guarantees: G1

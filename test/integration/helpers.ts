@@ -3,7 +3,7 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { appendFileSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import kafkajs from 'kafkajs';
@@ -17,7 +17,7 @@ export const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const DATABASE_URL = process.env.TEST_DATABASE_URL ?? 'postgres://outbox:outbox@127.0.0.1:5432/outbox';
 /** superuser, for pg_terminate_backend and ALTER ROLE */
 export const ADMIN_DATABASE_URL = process.env.TEST_ADMIN_DATABASE_URL ?? 'postgres://postgres:postgres@127.0.0.1:5432/outbox';
-export const KAFKA_BROKERS = process.env.TEST_KAFKA_BROKERS ?? '127.0.0.1:9092';
+export let KAFKA_BROKERS = process.env.TEST_KAFKA_BROKERS ?? '127.0.0.1:9092';
 /** PgBouncer in transaction mode in front of the same database (scripts/services/pgbouncer.sh) */
 export const POOLER_DATABASE_URL = process.env.TEST_POOLER_DATABASE_URL ?? 'postgres://outbox:outbox@127.0.0.1:6432/outbox';
 /**
@@ -35,7 +35,17 @@ export const AWS_ENDPOINT_URL = process.env.TEST_AWS_ENDPOINT_URL ?? 'http://127
  */
 export const KAFKA_CLIENT = process.env.TEST_KAFKA_CLIENT ?? 'kafkajs';
 
-export const kafka = new Kafka({ clientId: 'outbox-relay-tests', brokers: KAFKA_BROKERS.split(','), logLevel: logLevel.NOTHING, retry: { retries: 3 } });
+const testClient = (brokers: string) => new Kafka({ clientId: 'outbox-relay-tests', brokers: brokers.split(','), logLevel: logLevel.NOTHING, retry: { retries: 3 } });
+export let kafka = testClient(KAFKA_BROKERS);
+
+/**
+ * Points this file's fixtures (their KAFKA_BROKERS), consumers and admin calls at another broker:
+ * a file's own (private-broker.ts), for the files that kill or pause it.
+ */
+export function useKafka(brokers: string): void {
+  KAFKA_BROKERS = brokers;
+  kafka = testClient(brokers);
+}
 
 export function db(url = DATABASE_URL): Sql {
   return postgres(url, { max: 5, onnotice: () => undefined });
@@ -79,6 +89,8 @@ export async function fixture(sql: Sql, name: string, aggregatetypes: string[] =
 }
 
 export async function createTopics(topics: string[], partitions = 3, configEntries?: Array<{ name: string; value: string }>): Promise<void> {
+  // noted first, so that a creation that fails halfway leaves nothing behind either
+  noteTopics(topics);
   const admin = kafka.admin();
   await admin.connect();
   try {
@@ -86,6 +98,16 @@ export async function createTopics(topics: string[], partitions = 3, configEntri
   } finally {
     await admin.disconnect();
   }
+}
+
+/**
+ * Notes topics a test creates in the file scripts/run-tests.ts names (TEST_TOPICS_FILE), which
+ * deletes them when the test file ends: a broker that keeps every test's topics recovers
+ * thousands of partitions after each kill and restart (minutes instead of seconds).
+ */
+export function noteTopics(topics: string[]): void {
+  const file = process.env.TEST_TOPICS_FILE;
+  if (file && topics.length > 0) appendFileSync(file, topics.map((t) => `${t}\n`).join(''));
 }
 
 export interface EventSpec {

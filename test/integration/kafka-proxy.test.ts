@@ -1,3 +1,4 @@
+// services: kafka, kafka-proxy-ports alone
 // The test proxy (kafka-proxy.ts) against the real broker: a client bootstrapped at the proxy
 // stays behind it, a dropped Produce answer fails the send although the broker appended the
 // message, a held one arrives late, and dropAllConnections really closes sockets.

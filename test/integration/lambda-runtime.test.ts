@@ -1,3 +1,4 @@
+// services: postgres, kafka, build-dir alone
 // The deployed artifact under a real Lambda runtime: the zip scripts/build.mjs builds (the step
 // `npm run package` runs first), unzipped as Lambda unzips it into its task root, run by AWS's
 // Runtime Interface Emulator with AWS's Node runtime interface client (scripts/lambda-runtime.sh

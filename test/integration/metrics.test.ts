@@ -1,15 +1,16 @@
+// services: postgres, kafka
 // Metrics (Powertools, CloudWatch Embedded Metric Format): real invocations through the CLI, which
 // runs the same middy handler as Lambda. The EMF record is checked line by line: names, units,
 // dimensions, and values equal to the invocation's summary and to what the table holds; the same
 // figures in `status --json`; where the record goes (stdout as in Lambda, stderr by default for the
-// CLI, nowhere when off); the backlog age growing while the broker is frozen (SIGSTOP).
+// CLI, nowhere when off). The record of invocations that fail while the broker is frozen:
+// broker-paused.test.ts.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { Sql } from 'postgres';
 import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
-import { brokerPid, db, fixture, insertEvents, ROOT, runCli, topicCount, type CliResult } from './helpers.ts';
+import { emfRecords, num, onlyRecord } from './emf.ts';
+import { db, fixture, insertEvents, runCli, type CliResult } from './helpers.ts';
 
 let sql: Sql;
 before(() => {
@@ -42,32 +43,6 @@ const EXPECTED_UNITS: Record<string, string> = {
   ParkedRows: 'Count',
   ParkedRowsCapped: 'Count',
 };
-
-interface Emf {
-  _aws: { Timestamp: number; CloudWatchMetrics: Array<{ Namespace: string; Dimensions: string[][]; Metrics: Array<{ Name: string; Unit: string }> }> };
-  [key: string]: unknown;
-}
-
-/** The EMF records among a stream's JSON lines (the CLI's summary or log lines are not). */
-function emfRecords(text: string): Emf[] {
-  return text
-    .split('\n')
-    .filter((l) => l.startsWith('{'))
-    .map((l) => JSON.parse(l) as Record<string, unknown>)
-    .filter((o): o is Emf => typeof o._aws === 'object' && o._aws !== null);
-}
-
-function onlyRecord(text: string, where: string): Emf {
-  const records = emfRecords(text);
-  assert.equal(records.length, 1, `one EMF record on ${where}, got ${records.length}:\n${text}`);
-  return records[0]!;
-}
-
-function num(record: Emf, name: string): number {
-  const v = record[name];
-  assert.equal(typeof v, 'number', `${name} is a number in the record: ${JSON.stringify(v)}`);
-  return v as number;
-}
 
 async function tableFigures(table: string): Promise<{ pending: number; parked: number; oldestBySeqMs: number | null }> {
   const [r] = await sql.unsafe<{ pending: string; parked: string; oldest_by_seq_ms: string | null }[]>(
@@ -230,66 +205,3 @@ describe('metrics: one EMF record per invocation', () => {
     assert.equal(num(record, 'PendingRowsCapped'), 1);
   });
 });
-
-describe('metrics: the backlog age while the broker is frozen', () => {
-  it('failed invocations still publish their record, and OldestPendingAgeMs grows between them (SIGSTOP, then SIGCONT)', async (ctx) => {
-    const f = await fixture(sql, 'metricsfrozen');
-    await insertEvents(sql, f.table, Array.from({ length: 20 }, (_, i) => ({ aggregateid: `a-${i % 4}` })));
-    await topicCount([f.topic('order')]); // the topic answers before the broker is frozen
-    const env = { ...f.env, OUTBOX_METRICS: 'stdout', OUTBOX_SAFETY_MARGIN_MS: '2000' };
-    const pid = brokerPid();
-    const runs: Array<{ res: CliResult; record: Emf }> = [];
-    process.kill(pid, 'SIGSTOP');
-    try {
-      for (let i = 0; i < 2; i++) {
-        if (i > 0) await new Promise((r) => setTimeout(r, 1_500));
-        const res = await runCli(['invoke', '--timeout', '5000'], env);
-        runs.push({ res, record: onlyRecord(res.stdout, `stdout of run ${i + 1}`) });
-      }
-    } finally {
-      process.kill(pid, 'SIGCONT');
-    }
-    for (const { res, record } of runs) {
-      assert.equal(res.code, 1, 'a frozen broker fails the invocation');
-      assert.equal(res.summary?.stoppedBecause, 'broker-unavailable', JSON.stringify(res.summary));
-      assert.equal(num(record, 'Published'), 0);
-      assert.equal(num(record, 'PendingRows'), 20);
-      assert.equal(num(record, 'DurationMs'), res.summary?.durationMs);
-    }
-    const [first, second] = runs.map((r) => r.record) as [Emf, Emf];
-    const grew = num(second, 'OldestPendingAgeMs') - num(first, 'OldestPendingAgeMs');
-    const between = second._aws.Timestamp - first._aws.Timestamp;
-    ctx.diagnostic(`OldestPendingAgeMs ${num(first, 'OldestPendingAgeMs')} → ${num(second, 'OldestPendingAgeMs')} (+${grew} ms; records ${between} ms apart)`);
-    assert.ok(num(first, 'OldestPendingAgeMs') > 0);
-    assert.ok(grew > 1_500 && Math.abs(grew - between) < 1_000, `the age grew by ${grew} ms over ${between} ms`);
-
-    // the broker is back: the next invocation delivers, and the age drops to 0
-    servicesUp();
-    await waitForTopic(f.topic('order'));
-    const res = await runCli(['invoke', '--timeout', '30000'], { ...env, OUTBOX_SAFETY_MARGIN_MS: '1000' });
-    assert.equal(res.code, 0, res.stderr.slice(-3_000));
-    const record = onlyRecord(res.stdout, 'stdout');
-    assert.equal(num(record, 'Published'), 20);
-    assert.equal(num(record, 'PendingRows'), 0);
-    assert.equal(num(record, 'OldestPendingAgeMs'), 0);
-  });
-});
-
-/** A resumed broker may need a moment (KRaft fences a broker whose heartbeats stopped): services.sh waits for it. */
-function servicesUp(): void {
-  const r = spawnSync('bash', [join(ROOT, 'scripts', 'services.sh'), 'up', 'kafka'], { cwd: ROOT, encoding: 'utf8', timeout: 240_000, env: { ...process.env, OUTBOX_SERVICES: 'local' } });
-  assert.equal(r.status, 0, `services.sh up did not restore the broker:\n${r.stdout}${r.stderr}`);
-}
-
-async function waitForTopic(topic: string, timeoutMs = 60_000): Promise<void> {
-  const until = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      await topicCount([topic]);
-      return;
-    } catch (err) {
-      if (Date.now() > until) throw err;
-      await new Promise((r) => setTimeout(r, 500));
-    }
-  }
-}

@@ -1,3 +1,4 @@
+// services: postgres, kafka
 // Missing topics: a topic the broker does not have is a failure of the topic, not of its rows. It
 // is backed off; its rows stay pending with no attempt charged however many invocations meet it;
 // the rows to other topics in the same batch are acked and marked; once the topic exists, its rows

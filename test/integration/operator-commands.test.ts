@@ -1,3 +1,4 @@
+// services: postgres, kafka
 // Operator commands (CLI): `status` (text and --json), `parked list`, `parked retry <id> | --all`
 // and `parked skip <id>` on rows parked, retrying and pending, and their usage errors; `status`
 // against a table another transaction has locked gives up at its --timeout. Guarantees: G8 (a

@@ -1,3 +1,4 @@
+// services: build-dir alone
 // Packages the service exactly as a deploy would (scripts/package.sh: esbuild bundle + zip, then
 // `osls package`, offline) and checks the CloudFormation template that would be deployed: the
 // schedule, the runtime, and above all that the function may read exactly its own secrets.

@@ -1,3 +1,4 @@
+// services: postgres, kafka
 // Both clients put a key on the same partition (and carry the same key, value and headers): a
 // deployment can switch OUTBOX_KAFKA_CLIENT without an aggregate's events moving to another
 // partition, which would break its order for consumers. @platformatic/kafka's default

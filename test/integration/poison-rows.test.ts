@@ -1,3 +1,4 @@
+// services: postgres, kafka
 // Poison rows: a row that cannot be sent (an illegal topic override, a message over its topic's
 // size limit) is charged to itself alone: retried with backoff (base and cap respected), then
 // parked with its reason, or parked at once when no retry could help; the order policy around a

@@ -1,3 +1,4 @@
+// services: postgres, kafka, pgbouncer alone
 // The relay through PgBouncer in transaction mode (scripts/services/pgbouncer.sh, 127.0.0.1:6432),
 // the pooler most Lambda-to-Postgres deployments go through (RDS Proxy pools the same way).
 // PgBouncer 1.18 gives each transaction whichever server connection is free, so a named prepared

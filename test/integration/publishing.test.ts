@@ -1,29 +1,12 @@
-// Publishing that survives the broker's answers (G1, G2, G6): sends sized to fit the topic,
-// a producer never reused after a failed send, failures handled by their scope (record, topic,
-// producer, credentials, broker). Real broker throughout; the broker's answers are lost on purpose
-// through a TCP proxy (kafka-proxy.ts) that the broker advertises to the clients that use it.
+// services: postgres, kafka
+// Publishing (G6): sends sized to fit the topic, and a topic refused as a whole backed off while
+// the other topics flow. A lost Produce answer and rotated Kafka credentials are in
+// on-the-wire.test.ts (they need the test proxy).
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { CreateSecretCommand, DeleteSecretCommand, PutSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import type { Sql } from 'postgres';
-import { loadConfig } from '../../src/config.ts';
-import { BrokerUnavailableError } from '../../src/errors.ts';
-import { createLogger } from '../../src/log.ts';
 import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
-import { Runtime } from '../../src/runtime.ts';
-import { SecretsManagerSource } from '../../src/secrets.ts';
-import { startKafkaProxy } from './kafka-proxy.ts';
 import {
-  AWS_ENDPOINT_URL,
-  KAFKA_PROXIED_PORT,
-  KAFKA_PROXY_PORT,
-  KAFKA_SASL_PROXIED_PORT,
-  KAFKA_SASL_PROXY_PORT,
-  KAFKA_SCRAM_PASSWORD,
-  KAFKA_SCRAM_USER,
-  setScramPassword,
-  topicCount,
-  uniqueName,
   consumeAll,
   copiesById,
   createTopics,
@@ -160,102 +143,5 @@ describe('G6: a topic refused as a whole: backed off, no row charged, other topi
     assert.deepEqual(new Set(copiesById(recreated).keys()), new Set(goneLeft));
     for (const [key, order] of firstCopyOrder(recreated, (id) => seqOf.get(id)!)) assert.ok(isSorted(order), `aggregate ${key} in seq order`);
     assertCopies(await consumeAll([f.topic('stay')], stay.length), new Set(stay), 2);
-  });
-});
-
-describe('G1/G2: a lost answer: the broker appended a batch, the relay never heard', () => {
-  // The warm container's producer sends through a proxy that swallows the broker's answers to
-  // Produce requests. Another container then sends and marks those rows, and the warm container
-  // goes on with as many new rows, to the same partition: a producer reused with its sequence
-  // numbers rolled back would send them under the sequence range the broker already holds, be told
-  // "duplicate" and mark rows that were never written.
-  for (const mode of ['drop', 'hold'] as const) {
-    const how = mode === 'drop' ? 'the answer dropped and the connection closed, the client retries exhausted' : 'the answer held past the invocation\'s budget';
-    it(`${how}: the next warm invocation marks only rows that are on Kafka; duplicates at most one batch`, async () => {
-      const f = await fixture(sql, `lost${mode}`, ['order'], 1);
-      const proxy = await startKafkaProxy({ listenPort: KAFKA_PROXY_PORT, targetPort: KAFKA_PROXIED_PORT });
-      const env = { ...f.env, OUTBOX_BATCH_SIZE: '10', OUTBOX_LOG_LEVEL: 'error' };
-      const warm = new Runtime(loadConfig({ ...env, KAFKA_BROKERS: `127.0.0.1:${KAFKA_PROXY_PORT}` }), createLogger('error'));
-      const other = new Runtime(loadConfig(env), createLogger('error'));
-      const ten = (p: string): EventSpec[] => Array.from({ length: 10 }, (_, i) => ({ aggregateid: `${p}-${i % 3}`, payload: { p, i } }));
-      try {
-        // a producer that has sent before, as in any warm container
-        await insertEvents(sql, f.table, ten('w'));
-        assert.equal((await warm.invoke(20_000)).published, 10);
-
-        const lost = await insertEvents(sql, f.table, ten('a'));
-        proxy.setProduceAnswers(mode, 30_000);
-        const failed = await warm.invoke(mode === 'drop' ? 20_000 : 5_000).then(
-          (s) => assert.fail(`the invocation should fail: ${JSON.stringify(s)}`),
-          (err: unknown) => err,
-        );
-        assert.ok(failed instanceof BrokerUnavailableError, String(failed));
-        assert.ok(proxy.dropped >= 1, 'the proxy withheld at least one answer');
-        const marked = await markedIds(sql, f.table);
-        assert.ok(!lost.some((id) => marked.has(id)), 'nothing marked without its answer');
-        proxy.setProduceAnswers('pass');
-
-        // another container takes the same rows and marks them
-        assert.equal((await other.invoke(20_000)).published, 10);
-        const next = await insertEvents(sql, f.table, ten('b'));
-        const s = await warm.invoke(20_000);
-        assert.equal(s.published, 10, JSON.stringify(s));
-
-        const all = await consumeAll([f.topic('order')], await topicCount([f.topic('order')]));
-        const copies = assertCopies(all, await markedIds(sql, f.table), 2);
-        for (const id of next) assert.equal(copies.get(id), 1, 'the warm container\'s next rows are on Kafka, once');
-        const twice = [...copies].filter(([, n]) => n > 1).map(([id]) => id);
-        assert.ok(twice.every((id) => lost.includes(id)), 'only the batch whose answer was lost is duplicated');
-        assert.ok(warm.publisher().connects >= 2, 'a new producer after the failed send');
-      } finally {
-        proxy.setProduceAnswers('pass');
-        await Promise.all([warm.close(), other.close()]);
-        await proxy.close();
-      }
-    });
-  }
-});
-
-describe('Kafka credentials rotate at any time (SASL/SCRAM)', () => {
-  it('password changed on the broker and in the secret between two warm invocations, connections dropped: the second re-reads the secret once and delivers', async () => {
-    const sm = new SecretsManagerClient({ endpoint: AWS_ENDPOINT_URL, region: 'us-east-1', credentials: { accessKeyId: 'test', secretAccessKey: 'test' }, maxAttempts: 2 });
-    const f = await fixture(sql, 'saslrot');
-    const secretId = `outbox-relay-test/${uniqueName('kafka')}`;
-    const creds = (password: string) => JSON.stringify({ username: KAFKA_SCRAM_USER, password, mechanism: 'scram-sha-256' });
-    await sm.send(new CreateSecretCommand({ Name: secretId, SecretString: creds(KAFKA_SCRAM_PASSWORD) }));
-    const proxy = await startKafkaProxy({ listenPort: KAFKA_SASL_PROXY_PORT, targetPort: KAFKA_SASL_PROXIED_PORT });
-    const source = new SecretsManagerSource(sm);
-    const logs: string[] = [];
-    const rotated = `rotated-${uniqueName('pw')}`;
-    const rt = new Runtime(
-      loadConfig({ ...f.env, KAFKA_BROKERS: `127.0.0.1:${KAFKA_SASL_PROXY_PORT}`, KAFKA_SECRET_ID: secretId, AWS_REGION: 'us-east-1' }),
-      createLogger('warn', {}, (l) => logs.push(l)),
-      source,
-    );
-    try {
-      await insertEvents(sql, f.table, [{ aggregateid: 'a' }, { aggregateid: 'b' }]);
-      assert.equal((await rt.invoke(20_000)).published, 2);
-      assert.equal(source.fetches, 1);
-
-      // rotate: the broker first (as a rotation Lambda does), then the secret; the broker drops
-      // the connections (a restart, a balancer, a re-authentication), so the next request logs in
-      await setScramPassword(KAFKA_SCRAM_USER, rotated, 'SCRAM-SHA-256');
-      await sm.send(new PutSecretValueCommand({ SecretId: secretId, SecretString: creds(rotated) }));
-      proxy.dropAllConnections();
-
-      await insertEvents(sql, f.table, [{ aggregateid: 'c' }]);
-      const s = await rt.invoke(20_000);
-      assert.equal(s.published, 1, JSON.stringify(s));
-      assert.equal(source.fetches, 2, 'the secret was read again, once');
-      assert.ok(!logs.some((l) => l.includes(rotated) || l.includes(KAFKA_SCRAM_PASSWORD)), 'no password in the logs');
-      assert.equal((await markedIds(sql, f.table)).size, 3);
-      assert.equal(await topicCount([f.topic('order')]), 3);
-    } finally {
-      await rt.close();
-      await proxy.close();
-      await setScramPassword(KAFKA_SCRAM_USER, KAFKA_SCRAM_PASSWORD, 'SCRAM-SHA-256');
-      await sm.send(new DeleteSecretCommand({ SecretId: secretId, ForceDeleteWithoutRecovery: true })).catch(() => undefined);
-      sm.destroy();
-    }
   });
 });

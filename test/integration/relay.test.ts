@@ -1,3 +1,4 @@
+// services: postgres, kafka
 // The relay's guarantees (README "Guarantees"; docs/DESIGN.md says why each holds), each against
 // real Postgres and a real Kafka broker, with invocations run as real child processes through the
 // same handler Lambda runs, or as warm Runtimes in this process where that is the point.
@@ -12,12 +13,9 @@ import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
 import type { Summary } from '../../src/relay.ts';
 import { Runtime } from '../../src/runtime.ts';
 import { RuntimeWith, UnguardedStore } from '../../bench/stores.ts';
-import { startKafkaProxy } from './kafka-proxy.ts';
 import { startPgProxy, type PgProxyConnection } from './pg-proxy.ts';
 import {
   ADMIN_DATABASE_URL,
-  KAFKA_PROXIED_PORT,
-  KAFKA_PROXY_PORT,
   consumeAll,
   copiesById,
   counts,
@@ -28,7 +26,6 @@ import {
   insertEvents,
   isSorted,
   KAFKA_BROKERS,
-  markedIds,
   runCli,
   sentTableOf,
   seqsById,
@@ -119,129 +116,6 @@ describe('G1/G2: a crash between the broker ack and the mark', () => {
     assert.deepEqual(new Set(ids.slice(0, 100)), twiceIds(copies));
     const seqs = await seqsById(sql, f.table);
     for (const [key, order] of firstCopyOrder(msgs, (id) => seqs.get(id)!)) assert.ok(isSorted(order), `aggregate ${key} out of order`);
-  });
-});
-
-describe('G2: a batch\'s COMMIT reaches the database before the next batch reaches the broker', () => {
-  it('seen on the wire: between the relay and each service a proxy notes every COMMIT and every Produce request, in one ordered log', async () => {
-    const f = await fixture(sql, 'g2wire', ['order'], 1);
-    // 450 aggregates, batches of 100: each full batch has the next one claimed ahead, published
-    // right after this one's COMMIT is written, without waiting for its answer; the short last
-    // batch is claimed by nobody ahead of time, so nothing else flushes the COMMIT before it
-    await insertEvents(sql, f.table, Array.from({ length: 450 }, (_, i) => ({ aggregateid: `a-${i}`, payload: { i, pad: 'p'.repeat(500) } })));
-    const log: Array<'commit' | 'produce'> = [];
-    const kafkaProxy = await startKafkaProxy({ listenPort: KAFKA_PROXY_PORT, targetPort: KAFKA_PROXIED_PORT, onProduceRequest: () => log.push('produce') });
-    // in front of whatever the relay connects to: Postgres, or the pooler in the pooled run
-    const pgProxy = await startPgProxy({ listenPort: 0, targetPort: Number(new URL(f.env.DATABASE_URL!).port || 5432), onStatement: (text) => void (text.trim().toUpperCase() === 'COMMIT' && log.push('commit')) });
-    try {
-      const url = new URL(f.env.DATABASE_URL!);
-      url.port = String(pgProxy.port);
-      // a child process, so the relay's writes and the proxies' reads are on different event loops;
-      // retention off: its chunks commit on a connection of their own and would blur the count
-      const res = await runCli(['invoke', '--timeout', '30000'], { ...f.env, DATABASE_URL: url.toString(), KAFKA_BROKERS: `127.0.0.1:${KAFKA_PROXY_PORT}`, OUTBOX_BATCH_SIZE: '100', OUTBOX_RETAIN_SENT_MS: '0' });
-      assert.equal(res.code, 0, res.stderr);
-      assert.equal(res.summary?.published, 450);
-      assert.equal(res.summary?.batches, 5);
-    } finally {
-      await kafkaProxy.close();
-      await pgProxy.close();
-    }
-    const produces = log.flatMap((e, i) => (e === 'produce' ? [i] : []));
-    const commits = log.flatMap((e, i) => (e === 'commit' ? [i] : []));
-    assert.deepEqual([produces.length, commits.length], [5, 5], log.join(' '));
-    for (let k = 0; k + 1 < produces.length; k++) {
-      assert.ok(commits[k]! < produces[k + 1]!, `batch ${k + 1}'s COMMIT went out before batch ${k + 2}'s records: ${log.join(' ')}`);
-      assert.ok(produces[k]! < commits[k]!, `batch ${k + 1}'s COMMIT followed its own acks (G1): ${log.join(' ')}`);
-    }
-  });
-});
-
-describe('G1/G2: a crash after a batch\'s COMMIT went out, while the next batch is in flight', () => {
-  it('killed while COMMIT 1 is on the wire, its answer not received, and batch 2 on the broker: the database commits what it received, only batch 2 is re-sent', async () => {
-    const f = await fixture(sql, 'crash2', ['order'], 1);
-    // 150 aggregates, batches of 100: batch 2 (rows 100-149) is claimed ahead while batch 1 is in
-    // flight, and being short it claims nothing ahead itself, so nothing but commitIfAllPremarked's
-    // own flush puts batch 1's COMMIT on the wire before batch 2's records go to the broker
-    const ids = await insertEvents(sql, f.table, Array.from({ length: 150 }, (_, i) => ({ aggregateid: `a-${i}`, payload: { i } })));
-    const log: string[] = [];
-    let commits = 0;
-    let commitAnswer: PgProxyConnection | undefined;
-    // in front of whatever the relay connects to: Postgres, or the pooler in the pooled run. The
-    // first COMMIT (batch 1's) reaches the server, which executes it; its answer is held here, so
-    // the relay never hears it
-    const pgProxy = await startPgProxy({
-      listenPort: 0,
-      targetPort: Number(new URL(f.env.DATABASE_URL!).port || 5432),
-      onStatement: (text, connection) => {
-        if (text.trim().toUpperCase() !== 'COMMIT') return;
-        log.push(`commit ${++commits}`);
-        if (commits === 1) {
-          commitAnswer = connection;
-          connection.holdAnswers();
-        }
-      },
-    });
-    // The crash: the moment batch 2's Produce request reaches the broker, the way to the database
-    // is cut (what the server has received by then is all it will get from this process); the
-    // process is killed once batch 2 is on the topic
-    let produces = 0;
-    const batch2Sent = Promise.withResolvers<void>();
-    const kafkaProxy = await startKafkaProxy({
-      listenPort: KAFKA_PROXY_PORT,
-      targetPort: KAFKA_PROXIED_PORT,
-      onProduceRequest: () => {
-        log.push(`produce ${++produces}`);
-        if (produces !== 2) return;
-        pgProxy.cutToServer();
-        batch2Sent.resolve();
-      },
-    });
-    let killed;
-    try {
-      const url = new URL(f.env.DATABASE_URL!);
-      url.port = String(pgProxy.port);
-      // a child process, so the relay's writes and the proxies' reads are on different event loops;
-      // retention off: its chunks commit on a connection of their own
-      const running = startCli(['invoke', '--timeout', '60000'], { ...f.env, DATABASE_URL: url.toString(), KAFKA_BROKERS: `127.0.0.1:${KAFKA_PROXY_PORT}`, OUTBOX_BATCH_SIZE: '100', OUTBOX_RETAIN_SENT_MS: '0' });
-      let timer: NodeJS.Timeout | undefined;
-      const first = await Promise.race([
-        batch2Sent.promise.then(() => 'sent' as const),
-        running.result.then((r) => `the relay ended before batch 2 was sent (exit ${String(r.code)}):\n${r.stderr.slice(-3_000)}`),
-        new Promise<string>((resolve) => (timer = setTimeout(resolve, 30_000, 'batch 2 was not sent within 30 s'))),
-      ]);
-      clearTimeout(timer);
-      if (first !== 'sent') {
-        running.child.kill('SIGKILL');
-        assert.fail(`${first} (${log.join(', ')})`);
-      }
-      // batch 2 on the topic, and batch 1's COMMIT answered by the server (it has executed what
-      // it received): the answer is held, so the relay is where it was at the cut
-      for (const until = Date.now() + 10_000; Date.now() < until; await sleep(50)) {
-        if ((commitAnswer?.heldBytes ?? 0) > 0 && (await topicCount([f.topic('order')])) >= 150) break;
-      }
-      running.child.kill('SIGKILL');
-      killed = await running.result;
-    } finally {
-      await kafkaProxy.close();
-      await pgProxy.close();
-    }
-    assert.equal(killed.signal, 'SIGKILL');
-    assert.equal(await topicCount([f.topic('order')]), 150, 'two batches reached Kafka');
-    assert.equal(commits, 1, `one COMMIT: batch 1's (${log.join(', ')})`);
-    // G2: the COMMIT was written before batch 2 reached the broker, so the server received it and
-    // committed it, though the relay died without its answer
-    assert.deepEqual(await markedIds(sql, f.table), new Set(ids.slice(0, 100)), `exactly batch 1 is committed as sent (${log.join(', ')}; ${pgProxy.cutMessages} messages cut from the database)`);
-    // and the kill was exact: the server had answered that COMMIT, and the relay never heard it
-    assert.ok(commitAnswer && commitAnswer.heldBytes > 0, `batch 1's COMMIT was answered by the server, and the answer held from the relay: ${log.join(', ')}`);
-
-    const res = await runCli(['invoke', '--timeout', '30000'], f.env);
-    assert.equal(res.code, 0, res.stderr);
-    assert.equal(res.summary?.published, 50);
-    const msgs = await consumeAll([f.topic('order')], 200);
-    const copies = copiesById(msgs);
-    assert.deepEqual(new Set(copies.keys()), new Set(ids), 'every row arrived');
-    assert.deepEqual(twiceIds(copies), new Set(ids.slice(100)), 'only batch 2, the batch in flight, is duplicated');
-    assert.equal(msgs.length, 200);
   });
 });
 

@@ -1,3 +1,4 @@
+// services: postgres, kafka
 // Container-scoped reuse, migrations under concurrency, enqueue() and the local schedule.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';

@@ -1,3 +1,4 @@
+// services: postgres, kafka
 // What the relay checks before it claims anything (OutboxStore.checkTables, src/outbox/schema-check.ts):
 // the migrations it was built for and the privileges its OUTBOX_SENT_ROWS mode needs, once per
 // client, in one statement; and retention, which prunes every place it can reach. Each against the

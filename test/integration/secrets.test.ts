@@ -1,3 +1,4 @@
+// services: postgres, kafka, moto alone
 // Secrets: the database's credentials from Secrets Manager (moto, the AWS emulator): an RDS-style
 // JSON secret and a plain URL; a password rotated under a warm Runtime (the secret re-read once);
 // malformed and missing secrets; a Secrets Manager that hangs at a cold start. Guarantees: G8 (a

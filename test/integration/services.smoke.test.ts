@@ -1,3 +1,4 @@
+// services: postgres, kafka, moto
 // Smoke test of the local services (bash scripts/services.sh up) through the very libraries the
 // relay uses: kafkajs, @aws-sdk/client-secrets-manager and postgres.js. It expects the services to
 // be up already and says which one is not, and how to start it, when they are not.

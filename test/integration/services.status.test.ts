@@ -1,3 +1,4 @@
+// services: postgres, pgbouncer, moto, kafka alone
 // `services.sh status` must report a dead broker as down (exit non-zero, naming kafka), and
 // `services.sh up` must bring back only that broker. Kills the broker through its pid file,
 // .cache/run/kafka.pid, the same way failure tests do; restores it in `finally` whatever happens.

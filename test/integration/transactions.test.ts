@@ -1,3 +1,4 @@
+// services: postgres, kafka
 // G1/G7: a transaction is ended by the server, never by forgetting it. postgres.js pools a
 // released connection as it is, open transaction included, and the next `sql.begin` on the pool
 // commits what was left in it. A batch's transaction holds premarks (acked and un-acked rows moved

@@ -1,3 +1,4 @@
+// services: postgres, kafka
 // Waiting marks: rows behind a blocking row of their aggregate (backing off, or
 // parked under the hold policy) leave the claim index, so claims do not read them again and again;
 // the marks follow the blocking rows (a failure marks, a send, retry or skip clears) and every

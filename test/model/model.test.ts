@@ -1,3 +1,4 @@
+// services: postgres
 // Model-based test of the REAL claim/mark SQL on the REAL Postgres (no Kafka), part of `npm test`
 // (alone: `npm run test:model`).
 //
