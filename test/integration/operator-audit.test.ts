@@ -3,12 +3,15 @@
 // and why (--reason) stored with each row and in the CLI's structured log line, and for a retried
 // row carried to the sent table once it is sent; rows named that the command did not act on
 // (unknown, pending, retrying, skipped) listed by id with why, exit 1, the others acted on all the
-// same; --dry-run reports what would be done and writes nothing. The commands run as real child
+// same; --dry-run reports what would be done and writes nothing; a table without the audit
+// columns (migration 2) is refused saying what to run. The commands run as real child
 // processes of the CLI. Argument checking and the text output: operator-commands.test.ts.
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import type { Sql } from 'postgres';
+import { parseTableName } from '../../src/outbox/identifier.ts';
+import { dropOutbox, loadMigrations, migrate } from '../../src/outbox/migrate.ts';
 import { consumeAll, db, fixture, idsOf, insertEvents, invokeOk as invoke, outboxTableOf as t, runCli, sentTableOf } from './helpers.ts';
 
 let sql: Sql;
@@ -152,13 +155,35 @@ describe('parked retry: who, when and why, after the row is sent too', () => {
     // parked again at its first failed attempt
     assert.equal((await invoke({ ...f.env, OUTBOX_MAX_ATTEMPTS: '1' })).published, 1);
     assert.deepEqual(idsOf(await consumeAll([f.topic('order')], 1)), [good]);
-    const [sent] = await sql.unsafe<Array<{ retried_at: Date; retried_by: string; retried_reason: string }>>(`SELECT retried_at, retried_by, retried_reason FROM ${sentTableOf(f.table)} WHERE id = $1`, [good!]);
-    assert.deepEqual([sent?.retried_by, sent?.retried_reason, sent?.retried_at.toISOString()], [role, 'ACL granted (OPS-9)', s.at]);
+    const [sent] = await sql.unsafe<Array<{ retried_at: Date | null; retried_by: string | null; retried_reason: string | null }>>(`SELECT retried_at, retried_by, retried_reason FROM ${sentTableOf(f.table)} WHERE id = $1`, [good!]);
+    assert.deepEqual([sent?.retried_by, sent?.retried_reason, sent?.retried_at?.toISOString()], [role, 'ACL granted (OPS-9)', s.at]);
 
     const list = await runCli(['parked', 'list'], f.env);
     assert.equal(list.code, 0, list.stderr);
     assert.ok(list.stdout.includes(`    retried before: ${s.at} by ${role}: ACL granted (OPS-9)\n`), list.stdout);
     const [json] = JSON.parse((await runCli(['parked', 'list', '--json'], f.env)).stdout) as Array<{ id: string; retried_by: string; retried_reason: string }>;
     assert.deepEqual([json?.id, json?.retried_by, json?.retried_reason], [poison, role, 'ACL granted (OPS-9)']);
+  });
+});
+
+describe('a table without the audit columns', () => {
+  it('parked skip fails saying to run `outbox-relay migrate`, changing nothing; after it, the skip goes through', async () => {
+    const f = await fixture(sql, 'noaudit');
+    const table = parseTableName(f.table);
+    await dropOutbox(sql, table);
+    await migrate(sql, table, loadMigrations().filter((m) => m.version < 2));
+    const [id] = await insertEvents(sql, f.table, [{ aggregateid: 'A' }]);
+    await park(f.table, [id!]);
+
+    const refused = await runCli(['parked', 'skip', id!, '--reason', 'obsolete'], f.env);
+    assert.equal(refused.code, 1, refused.stderr);
+    assert.match(refused.stderr, /^outbox-relay: DatabaseError: a column the relay needs does not exist \(column "skipped_by" does not exist\): the outbox table lacks a migration; run `outbox-relay migrate`/m);
+    const [row] = await sql.unsafe<Array<{ skipped: boolean }>>(`SELECT skipped_at IS NOT NULL AS skipped FROM ${t(f.table)} WHERE id = $1`, [id!]);
+    assert.equal(row?.skipped, false);
+
+    assert.equal((await runCli(['migrate'], f.env)).code, 0);
+    const skipped = await runCli(['parked', 'skip', id!, '--reason', 'obsolete'], f.env);
+    assert.equal(skipped.code, 0, skipped.stderr);
+    assert.equal((await audit(f.table, id!)).skipped_reason, 'obsolete');
   });
 });
