@@ -211,7 +211,7 @@ export function decide(action: 'retry' | 'skip', asked: string[] | null, found: 
   for (const id of new Set(asked ?? [])) {
     const r = byId.get(id);
     const no = (state: NotActedOn['state'], why: string) => notActedOn.push({ id, state, why });
-    if (!r) no('unknown', 'no such row in the outbox table: never written there, or already sent (sent rows leave it) and pruned');
+    if (!r) no('unknown', 'no such row in the outbox table (never written there; or sent, which moves a row out; or skipped and since pruned)');
     else if (r.sent_at) no('sent', `already sent, at ${r.sent_at.toISOString()}`);
     else if (r.skipped_at) no('skipped', `${action === 'skip' ? 'already skipped' : 'skipped (a skipped row is never sent: it cannot be retried)'}, at ${r.skipped_at.toISOString()} by ${r.skipped_by ?? 'an unknown role'}`);
     else if (!r.parked_at) {
@@ -242,7 +242,6 @@ async function repairParked(sql: Sql, table: TableName, action: 'retry' | 'skip'
   const t = qualified(table);
   const lookup = q.operatorLookupSql(t, ids ? 'ids' : 'all-parked', !dryRun);
   const params = ids ? [ids] : [];
-  // a dry run in a read-only transaction: whatever it runs, it can change nothing
   const work = async (tx: TransactionSql): Promise<OperatorResult> => {
     const [[who], found] = await Promise.all([tx.unsafe<{ by: string; at: Date }[]>(q.operatorSql), tx.unsafe<LookedUp[]>(lookup, params)]);
     const decided = decide(action, ids, found);
@@ -254,5 +253,6 @@ async function repairParked(sql: Sql, table: TableName, action: 'retry' | 'skip'
     if (aggregates.length) await tx.unsafe(q.unwaitSql(t, policy), [aggregates]);
     return result;
   };
+  // a dry run in a read-only transaction: whatever it runs, it can change nothing
   return dryRun ? sql.begin('read only', work) : sql.begin(work);
 }

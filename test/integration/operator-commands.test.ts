@@ -74,7 +74,8 @@ describe('operator commands (CLI)', () => {
     assert.equal(status.pending, 5, 'b2later, r1 and three new rows');
     assert.equal(status.retrying, 1);
     assert.equal(status.parked, 2);
-    assert.ok(status.oldestPendingMs >= 90_000 && status.oldestPendingMs < 120_000, `oldest pending ${status.oldestPendingMs}`);
+    // 90 s and however long this took; not the hour of the parked rows, which are not pending
+    assert.ok(status.oldestPendingMs >= 90_000 && status.oldestPendingMs < 1_800_000, `oldest pending ${status.oldestPendingMs}`);
     const topics = Object.fromEntries(status.topics.map(({ topic, ...rest }) => [topic, rest]));
     assert.deepEqual(Object.keys(topics).sort(), [f.topic('invoice'), nope1, nope2, f.topic('order')].sort());
     assert.deepEqual({ ...topics[f.topic('order')], oldestPendingMs: undefined }, { pending: 3, retrying: 0, parked: 0, oldestPendingMs: undefined });
@@ -84,7 +85,9 @@ describe('operator commands (CLI)', () => {
     assert.equal(topics[f.topic('invoice')]!.pending, 1);
 
     const text = (await cli('status')).stdout;
-    assert.match(text, /: 5 pending \(1 retrying\), 2 parked, oldest pending 9\d\.\ds\n/);
+    // at least the 90 s set above (how much more depends on the machine's load: no upper bound)
+    const oldest = /: 5 pending \(1 retrying\), 2 parked, oldest pending (\d+\.\d)s\n/.exec(text);
+    assert.ok(oldest && Number(oldest[1]) >= 90, text);
     assert.match(text, new RegExp(`${nope1.replaceAll('.', '\\.')}\\s+pending\\s+0\\s+retrying\\s+0\\s+parked\\s+2\\s+oldest -`));
 
     const listed = JSON.parse((await cli('parked', 'list', '--json')).stdout) as Array<{ id: string; attempts: number; last_error: string; aggregateid: string }>;
@@ -145,7 +148,8 @@ describe('every wait has an end: status', () => {
       locker.release();
     }
     assert.equal(res.code, 1, res.stderr);
-    assert.ok(res.durationMs < 2_000 + 4_000, `gave up near its timeout (plus process start): ${res.durationMs} ms`);
+    // its --timeout, not the default 30 s (process start on a loaded machine can take seconds)
+    assert.ok(res.durationMs < 20_000, `gave up at its timeout, not the default 30 s (plus process start): ${res.durationMs} ms`);
     assert.match(res.stderr, /DatabaseError: database error while reading status: canceling statement due to statement timeout/);
     // unlocked, it answers
     const ok = await runCli(['status', '--json'], f.env);
