@@ -1,30 +1,19 @@
-// The outbox-relay command. `invoke` and `schedule` go through the same middy handler Lambda
-// runs, with a Lambda-like context; the summary goes to stdout as JSON, logs to stderr.
+// The outbox-relay command. The command line is parsed and checked first (cli/commands.ts), before
+// the configuration is read or anything connects. `invoke` and `schedule` go through the same
+// middy handler Lambda runs, with a Lambda-like context; the summary goes to stdout as JSON, logs
+// to stderr. Text for humans is escaped (cli/output.ts, cli/printable.ts).
 import { randomUUID } from 'node:crypto';
-import { parseArgs, type ParseArgsConfig } from 'node:util';
 import type { Context, ScheduledEvent } from 'aws-lambda';
 import { Deadline } from './budget.ts';
+import { parseCommand, UsageError, type Command } from './cli/commands.ts';
+import { operatorReport, parkedListText, statusText } from './cli/output.ts';
 import { closeRuntime, getRuntime, handler } from './handler.ts';
-import { RelayError } from './errors.ts';
+import { ConfigError, RelayError } from './errors.ts';
 import { migrate } from './outbox/migrate.ts';
 import { listParked, retryParked, skipParked, status } from './outbox/admin.ts';
+import { qualified } from './outbox/identifier.ts';
 import { wrapDbError } from './outbox/store.ts';
 import type { Summary } from './relay.ts';
-
-const USAGE = `usage: outbox-relay <command> [options]
-
-commands:
-  migrate                          create or upgrade the outbox table (idempotent)
-  invoke [--timeout MS]            run one invocation (default timeout 60000); prints the summary JSON
-  schedule [--every MS] [--timeout MS] [--max N]
-                                   fire an invocation every MS (default 60000), like EventBridge;
-                                   Ctrl-C lets running invocations finish, then exits
-  status [--json] [--timeout MS]   pending, retrying and parked rows per topic, oldest pending age (gives up after MS, default 30000)
-  parked list [--limit N] [--json] parked rows with their last error
-  parked retry <id>... | --all     put parked rows back to pending (attempts reset)
-  parked skip <id>...              never send these rows (kept for audit)
-
-configuration comes from the environment: see docs/configuration.md (every variable).`;
 
 function lambdaContext(timeoutMs: number, functionName: string): Context {
   const deadline = Date.now() + timeoutMs;
@@ -58,14 +47,6 @@ function scheduledEvent(): ScheduledEvent {
     detail: {},
   };
 }
-
-function positiveInt(name: string, raw: string | undefined, def: number): number {
-  if (raw === undefined) return def;
-  if (!/^\d+$/.test(raw) || Number(raw) <= 0) throw new UsageError(`--${name} must be a positive whole number of milliseconds, got ${JSON.stringify(raw)}`);
-  return Number(raw);
-}
-
-class UsageError extends Error {}
 
 async function invokeOnce(timeoutMs: number): Promise<Summary> {
   return handler(scheduledEvent(), lambdaContext(timeoutMs, 'outbox-relay-local'));
@@ -104,37 +85,12 @@ async function schedule(everyMs: number, timeoutMs: number, max: number | undefi
   await Promise.allSettled([...running]);
 }
 
-// parseArgs throws for an unknown or malformed option (e.g. a typo like --al): that is a usage
-// error (exit 2 with the usage text), not a failure of the command (exit 1)
-function parseCommandLine<T extends ParseArgsConfig>(config: T): ReturnType<typeof parseArgs<T>> {
-  try {
-    return parseArgs(config);
-  } catch (err) {
-    if ((err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS_')) throw new UsageError((err as Error).message);
-    throw err;
-  }
-}
-
-export async function main(argv: string[]): Promise<number> {
-  const { values, positionals } = parseCommandLine({
-    args: argv,
-    allowPositionals: true,
-    options: {
-      timeout: { type: 'string' },
-      every: { type: 'string' },
-      max: { type: 'string' },
-      json: { type: 'boolean', default: false },
-      all: { type: 'boolean', default: false },
-      limit: { type: 'string' },
-      help: { type: 'boolean', short: 'h', default: false },
-    },
-  });
-  const [command, sub, ...rest] = positionals;
-  if (values.help || !command) {
-    process.stdout.write(USAGE + '\n');
-    return command || values.help ? 0 : 2;
-  }
-  switch (command) {
+/** Runs a parsed command; its exit status. */
+export async function main(command: Command): Promise<number> {
+  switch (command.name) {
+    case 'help':
+      process.stdout.write(command.text + '\n');
+      return 0;
     case 'migrate': {
       const rt = getRuntime();
       const sql = await rt.database();
@@ -145,78 +101,73 @@ export async function main(argv: string[]): Promise<number> {
       return 0;
     }
     case 'invoke': {
-      const summary = await invokeOnce(positiveInt('timeout', values.timeout, 60_000));
+      const summary = await invokeOnce(command.timeoutMs);
       process.stdout.write(JSON.stringify(summary) + '\n');
       return 0;
     }
     case 'schedule':
-      await schedule(positiveInt('every', values.every, 60_000), positiveInt('timeout', values.timeout, 60_000), values.max === undefined ? undefined : positiveInt('max', values.max, 1));
+      await schedule(command.everyMs, command.timeoutMs, command.max);
       return 0;
     case 'status':
-      return statusCommand(values.json, values.timeout);
-    case 'parked':
-      return parkedCommand(sub, rest, { json: values.json, all: values.all, limit: values.limit });
-    default:
-      throw new UsageError(`unknown command ${JSON.stringify(command)}`);
+      return statusCommand(command.json, command.timeoutMs);
+    case 'parked list': {
+      const rt = getRuntime();
+      const rows = await listParked(await rt.database(), rt.config.outbox.table, command.limit).catch((e: unknown) => {
+        throw wrapDbError(e, 'listing parked rows');
+      });
+      process.stdout.write(command.json ? JSON.stringify(rows) + '\n' : parkedListText(rows));
+      return 0;
+    }
+    case 'parked retry':
+    case 'parked skip':
+      return operatorCommand(command);
   }
 }
 
-/** how long `status` waits for the backlog figures (the same bounded read the metrics make) */
-// status never waits longer than this (a table locked by a migration, a hung server); overridable
-// for scripts that poll it
-const STATUS_TIMEOUT_MS = 30_000;
-
-async function statusCommand(json: boolean, timeout: string | undefined): Promise<number> {
+async function statusCommand(json: boolean, timeoutMs: number): Promise<number> {
   const rt = getRuntime();
-  const deadline = new Deadline(Date.now() + positiveInt('timeout', timeout, STATUS_TIMEOUT_MS));
+  const deadline = new Deadline(Date.now() + timeoutMs);
   const s = await status(await rt.database(false, deadline), rt.config.outbox.table, rt.config.outbox.topicTemplate, deadline).catch((e: unknown) => {
     throw wrapDbError(e, 'reading status');
   });
-  if (json) {
-    process.stdout.write(JSON.stringify(s) + '\n');
-    return 0;
-  }
-  const age = (ms: number | null) => (ms === null ? '-' : `${(ms / 1000).toFixed(1)}s`);
-  process.stdout.write(`table ${s.table}: ${s.pending} pending (${s.retrying} retrying), ${s.parked} parked, oldest pending ${age(s.oldestPendingMs)}\n`);
-  for (const t of s.topics) process.stdout.write(`  ${t.topic.padEnd(40)} pending ${String(t.pending).padStart(8)}  retrying ${String(t.retrying).padStart(6)}  parked ${String(t.parked).padStart(6)}  oldest ${age(t.oldestPendingMs)}\n`);
+  process.stdout.write(json ? JSON.stringify(s) + '\n' : statusText(s));
   return 0;
 }
 
-async function parkedCommand(sub: string | undefined, rest: string[], options: { json: boolean; all: boolean; limit: string | undefined }): Promise<number> {
+/**
+ * `parked retry|skip`: acts on the rows it may act on, records who, when and why with each, and
+ * logs one line saying so (also for a dry run, which changes nothing). Exit 1 when a row named
+ * was not acted on: the rest still were.
+ */
+async function operatorCommand(command: Extract<Command, { name: 'parked retry' | 'parked skip' }>): Promise<number> {
   const rt = getRuntime();
   const sql = await rt.database();
   const table = rt.config.outbox.table;
-  const ids = sub === 'list' ? [] : rest;
-  // the canonical 8-4-4-4-12 form: a looser check (36 of [0-9a-f-]) let e.g. 36 hex digits
-  // through to Postgres, which failed with a raw "invalid input syntax for type uuid", exit 1
-  for (const id of ids) if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(id)) throw new UsageError(`${JSON.stringify(id)} is not a row id (uuid)`);
-  if (sub === 'list') {
-    const rows = await listParked(sql, table, positiveInt('limit', options.limit, 100));
-    if (options.json) process.stdout.write(JSON.stringify(rows) + '\n');
-    else if (!rows.length) process.stdout.write('no parked rows\n');
-    else for (const r of rows) process.stdout.write(`${r.id}  seq ${r.seq}  ${r.aggregatetype}/${r.aggregateid} ${r.type}  attempts ${r.attempts}  parked ${r.parked_at.toISOString()}\n    ${r.last_error ?? ''}\n`);
-    return 0;
-  }
-  if (sub === 'retry') {
-    if (!options.all && !ids.length) throw new UsageError('parked retry needs row ids or --all');
-    process.stdout.write(JSON.stringify({ retried: await retryParked(sql, table, options.all ? null : ids, rt.config.outbox.parkedPolicy) }) + '\n');
-    return 0;
-  }
-  if (sub === 'skip') {
-    if (!ids.length) throw new UsageError('parked skip needs row ids');
-    process.stdout.write(JSON.stringify({ skipped: await skipParked(sql, table, ids, rt.config.outbox.parkedPolicy) }) + '\n');
-    return 0;
-  }
-  throw new UsageError(`unknown parked subcommand ${JSON.stringify(sub)}: use list, retry or skip`);
+  const request = { reason: command.reason, dryRun: command.dryRun, policy: rt.config.outbox.parkedPolicy };
+  const action = command.name === 'parked retry' ? 'retry' : 'skip';
+  const result = await (command.name === 'parked retry' ? retryParked(sql, table, { ...request, ids: command.ids }) : skipParked(sql, table, { ...request, ids: command.ids })).catch((e: unknown) => {
+    throw wrapDbError(e, `${command.dryRun ? 'looking up' : action === 'retry' ? 'retrying' : 'skipping'} parked rows`);
+  });
+  const report = operatorReport(action, command, result);
+  // the audit trail's log line: the same fields as the JSON, and the command and table
+  rt.logger[report.code ? 'warn' : 'info'](command.dryRun ? `${command.name} --dry-run: nothing changed` : `${command.name}: done`, { command: command.name, table: qualified(table), ...report.json });
+  process.stdout.write(JSON.stringify(report.json) + '\n');
+  process.stderr.write(report.text);
+  return report.code;
 }
 
 async function run(): Promise<void> {
   let code: number;
   try {
-    code = await main(process.argv.slice(2));
+    // every argument is checked here, before the configuration is read or anything connects
+    code = await main(parseCommand(process.argv.slice(2)));
   } catch (err) {
     if (err instanceof UsageError) {
-      process.stderr.write(`outbox-relay: ${err.message}\n\n${USAGE}\n`);
+      process.stderr.write(`outbox-relay: ${err.message}\n\n${err.help}\n`);
+      code = 2;
+    } else if (err instanceof ConfigError) {
+      // the environment is wrong, not the command: exit 2 as documented (docs/operations.md)
+      process.stderr.write(`outbox-relay: ${err.name}: ${err.message}\n`);
       code = 2;
     } else {
       const summary = (err as { summary?: Summary }).summary;

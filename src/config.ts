@@ -46,8 +46,10 @@ export interface Config {
     maxMessageBytes?: number;
     /** keep: move acked rows to the sent table and prune them after retainSentMs; delete: delete them when acked */
     sentRows: 'keep' | 'delete';
-    /** delete sent (and skipped) rows older than this many ms, alongside the loop; 0 = never */
+    /** delete sent rows older than this many ms, alongside the loop; 0 = never */
     retainSentMs: number;
+    /** delete rows an operator skipped longer ago than this many ms (their audit record goes with them); 0 = never */
+    retainSkippedMs: number;
     /** when nothing is left to send: exit, or linger until the budget is spent, waking on new rows (src/loop/idle.ts) */
     idle: 'exit' | 'linger';
     /** how a lingering invocation learns of new rows: LISTEN/NOTIFY (a direct connection) or a probe every pollMs */
@@ -208,6 +210,8 @@ function outboxConfig(read: EnvReader, prepare: boolean): Config['outbox'] {
     maxMessageBytes: read.str('OUTBOX_MAX_MESSAGE_BYTES') === undefined ? undefined : read.int('OUTBOX_MAX_MESSAGE_BYTES', 1_000_000, 1_024, 100_000_000),
     sentRows: read.oneOf('OUTBOX_SENT_ROWS', ['keep', 'delete'] as const, 'keep'),
     retainSentMs: read.int('OUTBOX_RETAIN_SENT_MS', 86_400_000, 0, 365 * 86_400_000),
+    // skipped rows are the audit record of an operator's decision: kept a month, not a day
+    retainSkippedMs: read.int('OUTBOX_RETAIN_SKIPPED_MS', 30 * 86_400_000, 0, 3_650 * 86_400_000),
     idle: read.oneOf('OUTBOX_IDLE', ['exit', 'linger'] as const, 'exit'),
     // DATABASE_PREPARE=false says a pooler sits in between (PgBouncer in transaction mode, RDS
     // Proxy): LISTEN does not work through the first and pins a session of the second, so polling

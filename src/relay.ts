@@ -42,7 +42,8 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
   const invocation = new Invocation(deps, deadline);
   await invocation.checkTables();
   // retention runs alongside the loop for the whole invocation (see loop/retention.ts)
-  const retention = deps.config.retainSentMs > 0 ? new Retention(deps.store, deps.config.retainSentMs, deps.logger) : undefined;
+  const { retainSentMs, retainSkippedMs } = deps.config;
+  const retention = retainSentMs > 0 || retainSkippedMs > 0 ? new Retention(deps.store, { sentMs: retainSentMs, skippedMs: retainSkippedMs }, deps.logger) : undefined;
   // the waiting marks: stale ones cleared before the first claim, new rows marked
   // alongside the loop; neither fails the invocation
   const blocked = await clearStaleWaiting(deps, deadline);

@@ -1,5 +1,7 @@
 // Retention that keeps pace with the relay. In `keep` mode every sent row stays until it is older
 // than OUTBOX_RETAIN_SENT_MS; at the relay's full rate that is as many rows to delete as to mark.
+// Rows an operator skipped are kept apart from that, for OUTBOX_RETAIN_SKIPPED_MS (a month by
+// default): each carries the record of who skipped it and why, which a day's window would lose.
 // So pruning runs alongside the loop, for the whole invocation, on a connection of its own (the
 // rows it deletes are sent, the loop's are pending: they never wait on each other), in short
 // chunks, oldest first, until nothing older than the window is left or the deadline nears. It
@@ -21,25 +23,35 @@ export const PRUNE_CHUNK_ROWS = 5_000;
 /** sent rows first (they are nearly all of them), then the few left by older versions, then skipped ones */
 const PRUNE_TARGETS: readonly PruneTarget[] = ['sent', 'legacy-sent', 'skipped'];
 
+/** How long each kind of row is kept, in ms; 0 keeps them forever. */
+export interface RetentionWindows {
+  /** sent rows (OUTBOX_RETAIN_SENT_MS): in the sent table, and those left in the outbox by older versions */
+  sentMs: number;
+  /** skipped rows (OUTBOX_RETAIN_SKIPPED_MS), with their audit record */
+  skippedMs: number;
+}
+
 export class Retention {
   private stopped = false;
   private readonly timer = new BatchTimer();
 
   constructor(
     private readonly store: Store,
-    private readonly retainMs: number,
+    private readonly windows: RetentionWindows,
     private readonly logger: Logger,
   ) {}
 
-  /** Deletes chunks (sent rows, then skipped ones: PRUNE_TARGETS) until none older than the window is left, the deadline nears, or stop(). Resolves with the number deleted; never rejects. */
+  /** Deletes chunks (sent rows, then skipped ones: PRUNE_TARGETS) until none older than its window is left, the deadline nears, or stop(). Resolves with the number deleted; never rejects. */
   async run(deadline: Deadline): Promise<number> {
     let deleted = 0;
     for (const what of PRUNE_TARGETS) {
+      const retainMs = what === 'skipped' ? this.windows.skippedMs : this.windows.sentMs;
+      if (retainMs === 0) continue;
       try {
         for (;;) {
           if (this.stopped || !deadline.fits(this.timer.expected())) return deleted;
           const started = Date.now();
-          const n = await this.store.pruneChunk(what, this.retainMs, PRUNE_CHUNK_ROWS, deadline);
+          const n = await this.store.pruneChunk(what, retainMs, PRUNE_CHUNK_ROWS, deadline);
           this.timer.record(Date.now() - started);
           deleted += n;
           if (n < PRUNE_CHUNK_ROWS) break;

@@ -1,6 +1,6 @@
 // Operator queries: status, the backlog figures (also the metrics'), and parked rows. Same
 // configuration as the handler.
-import postgres, { type Sql } from 'postgres';
+import postgres, { type Sql, type TransactionSql } from 'postgres';
 import type { Deadline } from '../budget.ts';
 import { topicFor, type ParkedPolicy, type TableName } from '../domain.ts';
 import { openConnections } from './client.ts';
@@ -149,29 +149,110 @@ export interface ParkedRow {
   last_error: string | null;
   parked_at: Date;
   created_at: Date;
+  /** the last `parked retry` of this row (it was parked before, and is again), if any */
+  retried_at: Date | null;
+  retried_by: string | null;
+  retried_reason: string | null;
 }
 
 export function listParked(sql: Sql, table: TableName, limit = 100): Promise<ParkedRow[]> {
   return sql.unsafe<ParkedRow[]>(q.parkedListSql(qualified(table)), [limit]);
 }
 
+/** What an operator's `parked retry|skip` acts on, and why (stored with each row, and logged). */
+export interface OperatorRequest {
+  /** the rows named, in the order given; null: every parked row (`retry --all`) */
+  ids: string[] | null;
+  /** why (required by the CLI): stored with each row acted on */
+  reason: string;
+  /** decide and report, change nothing */
+  dryRun: boolean;
+  policy: ParkedPolicy;
+}
+
+/** A row named that the command did not act on, and why. */
+export interface NotActedOn {
+  id: string;
+  /** what the row is instead: no such row in the outbox, sent, skipped, pending or retrying */
+  state: 'unknown' | 'sent' | 'skipped' | 'pending' | 'retrying';
+  why: string;
+}
+
+export interface OperatorResult {
+  /** the rows acted on (in a dry run: that would be), in seq order */
+  actedOn: string[];
+  /** the rows named that were not, in the order given */
+  notActedOn: NotActedOn[];
+  /** the database role (session_user) and the time recorded with each row */
+  by: string;
+  at: Date;
+}
+
+/** The lookup's row (operatorLookupSql): what decides whether the command may act on it. */
+export interface LookedUp {
+  id: string;
+  aggregateid: string;
+  parked_at: Date | null;
+  skipped_at: Date | null;
+  skipped_by: string | null;
+  sent_at: Date | null;
+  attempts: number;
+  next_attempt_at: Date;
+}
+
 /**
- * ids = null: every parked row. Returns the ids put back to pending. The rows waiting behind them
- * are freed in the same transaction (the waiting marks).
+ * Which of the rows asked for the command may act on: a parked row, not sent and not skipped.
+ * Pure (the unit tests feed it rows). `asked` null: every row found (`retry --all`, whose lookup
+ * finds only parked rows). An id asked twice is decided once.
  */
-export async function retryParked(sql: Sql, table: TableName, ids: string[] | null, policy: ParkedPolicy = 'hold'): Promise<string[]> {
-  return repairParked(sql, table, q.parkedRetrySql(qualified(table)), ids, policy);
+export function decide(action: 'retry' | 'skip', asked: string[] | null, found: LookedUp[]): Pick<OperatorResult, 'actedOn' | 'notActedOn'> {
+  const byId = new Map(found.map((r) => [r.id, r]));
+  const notActedOn: NotActedOn[] = [];
+  for (const id of new Set(asked ?? [])) {
+    const r = byId.get(id);
+    const no = (state: NotActedOn['state'], why: string) => notActedOn.push({ id, state, why });
+    if (!r) no('unknown', 'no such row in the outbox table (never written there; or sent, which moves a row out; or skipped and since pruned)');
+    else if (r.sent_at) no('sent', `already sent, at ${r.sent_at.toISOString()}`);
+    else if (r.skipped_at) no('skipped', `${action === 'skip' ? 'already skipped' : 'skipped (a skipped row is never sent: it cannot be retried)'}, at ${r.skipped_at.toISOString()} by ${r.skipped_by ?? 'an unknown role'}`);
+    else if (!r.parked_at) {
+      if (r.attempts > 0) no('retrying', `not parked: retrying (${r.attempts} failed ${r.attempts === 1 ? 'attempt' : 'attempts'}; next attempt at ${r.next_attempt_at.toISOString()})`);
+      else no('pending', 'not parked: pending (it has not failed)');
+    }
+  }
+  const named = asked && new Set(asked);
+  const refused = new Set(notActedOn.map((n) => n.id));
+  return { actedOn: found.filter((r) => (!named || named.has(r.id)) && !refused.has(r.id)).map((r) => r.id), notActedOn };
 }
 
-export async function skipParked(sql: Sql, table: TableName, ids: string[], policy: ParkedPolicy = 'hold'): Promise<string[]> {
-  return repairParked(sql, table, q.parkedSkipSql(qualified(table)), ids, policy);
+/**
+ * `parked retry`: the parked rows named (or all: ids null) back to pending with attempts reset,
+ * recording who, when and why. The rows waiting behind them are freed in the same transaction
+ * (the waiting marks).
+ */
+export function retryParked(sql: Sql, table: TableName, request: OperatorRequest): Promise<OperatorResult> {
+  return repairParked(sql, table, 'retry', request);
 }
 
-async function repairParked(sql: Sql, table: TableName, text: string, ids: string[] | null, policy: ParkedPolicy): Promise<string[]> {
-  return sql.begin(async (tx) => {
-    const rows = await tx.unsafe<{ id: string; aggregateid: string }[]>(text, [ids]);
+/** `parked skip`: the parked rows named are never to be sent, recording who, when and why; they no longer hold their aggregates back. */
+export function skipParked(sql: Sql, table: TableName, request: Omit<OperatorRequest, 'ids'> & { ids: string[] }): Promise<OperatorResult> {
+  return repairParked(sql, table, 'skip', request);
+}
+
+async function repairParked(sql: Sql, table: TableName, action: 'retry' | 'skip', { ids, reason, dryRun, policy }: OperatorRequest): Promise<OperatorResult> {
+  const t = qualified(table);
+  const lookup = q.operatorLookupSql(t, ids ? 'ids' : 'all-parked', !dryRun);
+  const params = ids ? [ids] : [];
+  const work = async (tx: TransactionSql): Promise<OperatorResult> => {
+    const [[who], found] = await Promise.all([tx.unsafe<{ by: string; at: Date }[]>(q.operatorSql), tx.unsafe<LookedUp[]>(lookup, params)]);
+    const decided = decide(action, ids, found);
+    const result = { ...decided, by: who!.by, at: who!.at };
+    if (dryRun || decided.actedOn.length === 0) return result;
+    // the lookup locked the rows: the UPDATE finds each one decided as the lookup read it
+    const rows = await tx.unsafe<{ id: string; aggregateid: string }[]>(action === 'retry' ? q.parkedRetrySql(t) : q.parkedSkipSql(t), [decided.actedOn, reason]);
     const aggregates = [...new Set(rows.map((r) => r.aggregateid))];
-    if (aggregates.length) await tx.unsafe(q.unwaitSql(qualified(table), policy), [aggregates]);
-    return rows.map((r) => r.id);
-  });
+    if (aggregates.length) await tx.unsafe(q.unwaitSql(t, policy), [aggregates]);
+    return result;
+  };
+  // a dry run in a read-only transaction: whatever it runs, it can change nothing
+  return dryRun ? sql.begin('read only', work) : sql.begin(work);
 }

@@ -242,10 +242,10 @@ export function moveSentSql(t: string, sent: string): string {
 WITH moved AS (
   DELETE FROM ${t}
   WHERE seq = ANY($1::bigint[]) AND sent_at IS NULL
-  RETURNING id, aggregatetype, aggregateid, type, payload, topic, headers, seq, created_at, attempts
+  RETURNING id, aggregatetype, aggregateid, type, payload, topic, headers, seq, created_at, attempts, retried_at, retried_by, retried_reason
 )
-INSERT INTO ${sent} (id, aggregatetype, aggregateid, type, payload, topic, headers, seq, created_at, sent_at, attempts)
-SELECT id, aggregatetype, aggregateid, type, payload, topic, headers, seq, created_at, now(), attempts
+INSERT INTO ${sent} (id, aggregatetype, aggregateid, type, payload, topic, headers, seq, created_at, sent_at, attempts, retried_at, retried_by, retried_reason)
+SELECT id, aggregatetype, aggregateid, type, payload, topic, headers, seq, created_at, now(), attempts, retried_at, retried_by, retried_reason
 FROM moved`;
 }
 
@@ -335,7 +335,7 @@ WHERE r.seq = f.seq`;
  * - `sent`: the sent table, through its sent_at index;
  * - `legacy-sent`: rows that pre-release versions, before the sent table, marked sent in the outbox itself
  *   (its sent_at index is empty once they are gone: one probe per invocation);
- * - `skipped`: rows an operator skipped, kept in the outbox for audit as long as sent ones.
+ * - `skipped`: rows an operator skipped, kept in the outbox for audit (their own window, OUTBOX_RETAIN_SKIPPED_MS).
  * In the sent table rows are found by ctid: it has no key, and a TID scan needs none. No row
  * lock there (FOR UPDATE would need the UPDATE privilege on it): only retention touches its rows,
  * and of two retentions at once, the second waits for the first's chunk and finds its rows gone,
@@ -422,30 +422,50 @@ SELECT
 
 export function parkedListSql(t: string): string {
   return `
-SELECT id, seq, aggregatetype, aggregateid, type, topic, attempts, last_error, parked_at, created_at
+SELECT id, seq, aggregatetype, aggregateid, type, topic, attempts, last_error, parked_at, created_at, retried_at, retried_by, retried_reason
 FROM ${t}
 WHERE parked_at IS NOT NULL AND sent_at IS NULL AND skipped_at IS NULL
 ORDER BY seq
 LIMIT $1`;
 }
 
-/** Back to pending with a clean slate. $1: ids, or NULL for every parked row. */
+/**
+ * `parked retry|skip`: the rows an operator named (`ids`: $1, by primary key), or every parked row
+ * (`retry --all`), each with what decides whether the command may act on it (admin.ts, decide).
+ * Locked FOR UPDATE when the command is to act (`lock`), so that nothing changes them between this
+ * read and the UPDATE; a dry run reads them unlocked, in a read-only transaction.
+ */
+export function operatorLookupSql(t: string, rows: 'ids' | 'all-parked', lock: boolean): string {
+  return `
+SELECT id, aggregateid, parked_at, skipped_at, skipped_by, sent_at, attempts, next_attempt_at
+FROM ${t}
+WHERE ${rows === 'ids' ? 'id = ANY($1::uuid[])' : 'parked_at IS NOT NULL AND sent_at IS NULL AND skipped_at IS NULL'}
+ORDER BY seq${lock ? '\nFOR UPDATE' : ''}`;
+}
+
+/** Who ran a command, and when (the time its transaction started, which the UPDATEs record). */
+export const operatorSql = 'SELECT session_user::text AS by, now() AS at';
+
+/**
+ * Back to pending with a clean slate ($1: the ids decided on), recording who, when and why ($2).
+ * The conditions are the lookup's, restated so that the statement alone never puts back a row
+ * that is not parked.
+ */
 export function parkedRetrySql(t: string): string {
   return `
 UPDATE ${t}
-SET parked_at = NULL, attempts = 0, next_attempt_at = '-infinity', last_error = NULL
-WHERE parked_at IS NOT NULL AND sent_at IS NULL AND skipped_at IS NULL
-  AND ($1::uuid[] IS NULL OR id = ANY($1::uuid[]))
+SET parked_at = NULL, attempts = 0, next_attempt_at = '-infinity', last_error = NULL,
+    retried_at = now(), retried_by = session_user, retried_reason = $2
+WHERE id = ANY($1::uuid[]) AND parked_at IS NOT NULL AND sent_at IS NULL AND skipped_at IS NULL
 RETURNING id, aggregateid`;
 }
 
-/** Never to be sent; kept for audit, and no longer holds its aggregate back. */
+/** Never to be sent; kept for audit (OUTBOX_RETAIN_SKIPPED_MS) with who, when and why ($2), and no longer holds its aggregate back. */
 export function parkedSkipSql(t: string): string {
   return `
 UPDATE ${t}
-SET skipped_at = now()
-WHERE parked_at IS NOT NULL AND sent_at IS NULL AND skipped_at IS NULL
-  AND id = ANY($1::uuid[])
+SET skipped_at = now(), skipped_by = session_user, skipped_reason = $2
+WHERE id = ANY($1::uuid[]) AND parked_at IS NOT NULL AND sent_at IS NULL AND skipped_at IS NULL
 RETURNING id, aggregateid`;
 }
 

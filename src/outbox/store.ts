@@ -699,6 +699,11 @@ export function wrapDbError(err: unknown, what: string): Error {
   if (e?.code && AUTH_CODES.has(e.code)) {
     return new DatabaseError(`database rejected the credentials while ${what} (${e.code}): check DATABASE_URL or the DATABASE_SECRET_ID secret`, { cause: err, retriable: false });
   }
+  if (e?.code === '42703') {
+    // a column a later migration adds (the operator commands' audit columns, say): the relay's
+    // own statements never get here, the schema check refuses a table without its migrations
+    return new DatabaseError(`a column the relay needs does not exist (${e.message}): the outbox table lacks a migration; run \`outbox-relay migrate\` (idempotent)`, { cause: err, retriable: false });
+  }
   if (e?.code === '42P01') {
     return new DatabaseError(`a table the relay needs does not exist (${e.message}): run \`outbox-relay migrate\` (it creates the outbox table and its sent table) or check OUTBOX_TABLE`, { cause: err, retriable: false });
   }

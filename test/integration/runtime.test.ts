@@ -178,40 +178,44 @@ describe('retention', () => {
   });
 
 
-  it('deletes rows sent or skipped before OUTBOX_RETAIN_SENT_MS: in the sent table, left in the outbox by older versions, skipped; keeps pending and recent ones', async () => {
+  it('deletes rows sent before OUTBOX_RETAIN_SENT_MS (in the sent table, left in the outbox by older versions) and rows skipped before OUTBOX_RETAIN_SKIPPED_MS, each by its own window; keeps pending and recent ones', async () => {
     const f = await fixture(sql, 'prune');
     const t = qualified(parseTableName(f.table));
     const sent = sentTableOf(f.table);
     const first = await insertEvents(sql, f.table, Array.from({ length: 40 }, (_, i) => ({ aggregateid: `a-${i % 3}` })));
-    const rt = new Runtime(loadConfig({ ...f.env, OUTBOX_LOG_LEVEL: 'warn' }), createLogger('warn'));
-    try {
-      const s1 = await rt.invoke(20_000);
-      assert.equal(s1.published, 40);
-      assert.equal(s1.pruned, 0, 'nothing is a day old yet');
-      // 10 of them were sent two days ago
-      await sql.unsafe(`UPDATE ${sent} SET sent_at = now() - interval '2 days' WHERE id = ANY($1::uuid[])`, [first.slice(0, 10)]);
-      // of 30 more rows, 10 were marked sent in place two days ago (as before the sent table) and
-      // 5 skipped two days ago; 15 are pending
-      const more = await insertEvents(sql, f.table, Array.from({ length: 30 }, (_, i) => ({ aggregateid: `b-${i % 3}` })));
-      await sql.unsafe(`UPDATE ${t} SET sent_at = now() - interval '2 days' WHERE id = ANY($1::uuid[])`, [more.slice(0, 10)]);
-      await sql.unsafe(`UPDATE ${t} SET skipped_at = now() - interval '2 days' WHERE id = ANY($1::uuid[])`, [more.slice(10, 15)]);
-      const s2 = await rt.invoke(20_000);
-      assert.equal(s2.published, 15);
-      assert.equal(s2.pruned, 25, 'only the rows sent or skipped before the retention window, wherever they are');
-      assert.deepEqual(await counts(sql, f.table), { total: 45, sent: 45, parked: 0, pending: 0 });
-      assert.deepEqual(await markedIds(sql, f.table), new Set([...first.slice(10), ...more.slice(15)]));
-    } finally {
-      await rt.close();
-    }
-    const rt2 = new Runtime(loadConfig({ ...f.env, OUTBOX_LOG_LEVEL: 'warn', OUTBOX_RETAIN_SENT_MS: '1' }), createLogger('warn'));
-    try {
-      await new Promise((r) => setTimeout(r, 10));
-      const s = await rt2.invoke(20_000);
-      assert.equal(s.pruned, 45);
-      assert.equal((await counts(sql, f.table)).total, 0);
-    } finally {
-      await rt2.close();
-    }
+    const invoke = async (env: Record<string, string>) => {
+      const rt = new Runtime(loadConfig({ ...f.env, OUTBOX_LOG_LEVEL: 'warn', ...env }), createLogger('warn'));
+      try {
+        return await rt.invoke(20_000);
+      } finally {
+        await rt.close();
+      }
+    };
+    const s1 = await invoke({});
+    assert.equal(s1.published, 40);
+    assert.equal(s1.pruned, 0, 'nothing is a day old yet');
+    // 10 of them were sent two days ago
+    await sql.unsafe(`UPDATE ${sent} SET sent_at = now() - interval '2 days' WHERE id = ANY($1::uuid[])`, [first.slice(0, 10)]);
+    // of 30 more rows, 10 were marked sent in place two days ago (as before the sent table), 5
+    // skipped two days ago and 3 skipped 31 days ago; 12 are pending
+    const more = await insertEvents(sql, f.table, Array.from({ length: 30 }, (_, i) => ({ aggregateid: `b-${i % 3}` })));
+    await sql.unsafe(`UPDATE ${t} SET sent_at = now() - interval '2 days' WHERE id = ANY($1::uuid[])`, [more.slice(0, 10)]);
+    await sql.unsafe(`UPDATE ${t} SET skipped_at = now() - interval '2 days' WHERE id = ANY($1::uuid[])`, [more.slice(10, 15)]);
+    await sql.unsafe(`UPDATE ${t} SET skipped_at = now() - interval '31 days' WHERE id = ANY($1::uuid[])`, [more.slice(15, 18)]);
+    const s2 = await invoke({});
+    assert.equal(s2.published, 12);
+    assert.equal(s2.pruned, 23, 'the rows sent more than a day ago, wherever they are, and those skipped more than 30 days ago (the defaults)');
+    assert.deepEqual(await counts(sql, f.table), { total: 47, sent: 42, parked: 0, pending: 0 });
+    assert.deepEqual(await markedIds(sql, f.table), new Set([...first.slice(10), ...more.slice(18)]));
+    const skipped = async () => (await sql.unsafe<{ id: string }[]>(`SELECT id FROM ${t} WHERE skipped_at IS NOT NULL ORDER BY seq`)).map((r) => r.id);
+    assert.deepEqual(await skipped(), more.slice(10, 15), 'skipped two days ago: kept');
+
+    await new Promise((r) => setTimeout(r, 10));
+    // each window on its own: sent rows go, skipped ones stay, and the other way round
+    assert.equal((await invoke({ OUTBOX_RETAIN_SENT_MS: '1' })).pruned, 42);
+    assert.deepEqual(await counts(sql, f.table), { total: 5, sent: 0, parked: 0, pending: 0 });
+    assert.equal((await invoke({ OUTBOX_RETAIN_SENT_MS: '0', OUTBOX_RETAIN_SKIPPED_MS: '1' })).pruned, 5);
+    assert.equal((await counts(sql, f.table)).total, 0);
   });
 });
 

@@ -64,7 +64,7 @@ describe('waiting marks', () => {
 
     // the operator repairs the row and puts it back: the marks are cleared in the same transaction
     await sql.unsafe(`UPDATE ${t} SET topic = NULL WHERE type = 'P0'`);
-    const retried = await runCli(['parked', 'retry', '--all'], env);
+    const retried = await runCli(['parked', 'retry', '--all', '--reason', 'topic fixed'], env);
     assert.equal(retried.code, 0, retried.stderr);
     assert.deepEqual(await waitingSeqs(f.table), [], 'no row waits any more');
     const third = await invokeOk(env);

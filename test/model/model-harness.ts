@@ -707,7 +707,7 @@ export class World {
       case 'skip': {
         const id = await this.pickRow('parked_at IS NOT NULL', a.pick);
         if (!id) return;
-        const ids = await skipParked(this.sql, this.tableName, [id], this.policy);
+        const ids = (await skipParked(this.sql, this.tableName, { ids: [id], reason: 'model', dryRun: false, policy: this.policy })).actedOn;
         for (const s of ids) this.skipped.add(s);
         this.log(`parked skip ${this.label(id)}: ${ids.length} skipped`);
         return;
@@ -715,7 +715,7 @@ export class World {
       case 'retry': {
         const id = a.pick === 'all' ? undefined : await this.pickRow('parked_at IS NOT NULL', a.pick);
         if (a.pick !== 'all' && !id) return;
-        const ids = await retryParked(this.sql, this.tableName, id ? [id] : null, this.policy);
+        const ids = (await retryParked(this.sql, this.tableName, { ids: id ? [id] : null, reason: 'model', dryRun: false, policy: this.policy })).actedOn;
         this.log(`parked retry ${a.pick === 'all' ? '--all' : this.label(id!)}: ${ids.map((x) => this.label(x)).join(',') || 'none'}`);
         return;
       }

@@ -112,6 +112,7 @@ describe('loadConfig: every variable, its default and its bounds', () => {
     assert.equal(c.outbox.backoffMaxMs, 300_000);
     assert.equal(c.outbox.sentRows, 'keep');
     assert.equal(c.outbox.retainSentMs, 86_400_000);
+    assert.equal(c.outbox.retainSkippedMs, 30 * 86_400_000, 'skipped rows, with their audit record, are kept a month');
     assert.equal(c.logLevel, 'info');
     assert.equal(c.testPauseAfterPublishMs, 0);
   });
@@ -133,6 +134,7 @@ describe('loadConfig: every variable, its default and its bounds', () => {
       OUTBOX_BACKOFF_MAX_MS: '100',
       OUTBOX_SENT_ROWS: 'delete',
       OUTBOX_RETAIN_SENT_MS: '0',
+      OUTBOX_RETAIN_SKIPPED_MS: '604800000',
       OUTBOX_LOG_LEVEL: 'debug',
       OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS: '250',
     });
@@ -150,6 +152,7 @@ describe('loadConfig: every variable, its default and its bounds', () => {
     assert.equal(c.outbox.backoffMaxMs, 100);
     assert.equal(c.outbox.sentRows, 'delete');
     assert.equal(c.outbox.retainSentMs, 0);
+    assert.equal(c.outbox.retainSkippedMs, 604_800_000);
     assert.equal(c.logLevel, 'debug');
     assert.equal(c.testPauseAfterPublishMs, 250);
     assert.equal(loadConfig({ ...base, DATABASE_SSL: 'disable' }).database.ssl, 'disable');

@@ -1,25 +1,28 @@
 // Retention's pass over the places that hold old rows (src/loop/retention.ts): a place the database
 // refuses (SQLSTATE class 42: a table missing, a privilege lacking) is logged once and the others
-// are still pruned; any other failure ends the pass, as before.
+// are still pruned; any other failure ends the pass, as before. Sent and skipped rows have windows
+// of their own (OUTBOX_RETAIN_SENT_MS, OUTBOX_RETAIN_SKIPPED_MS), and a window of 0 prunes nothing.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { Deadline } from '../../src/budget.ts';
 import { DatabaseError, DeadlineExceededError } from '../../src/errors.ts';
 import type { Logger } from '../../src/log.ts';
 import type { PruneTarget, Store } from '../../src/loop/ports.ts';
-import { PRUNE_CHUNK_ROWS, Retention } from '../../src/loop/retention.ts';
+import { PRUNE_CHUNK_ROWS, Retention, type RetentionWindows } from '../../src/loop/retention.ts';
 
 /** the store's wrapping of a server error (wrapDbError): the SQLSTATE is on the cause */
 function refused(code: string, message: string): DatabaseError {
   return new DatabaseError(`database error while pruning sent rows: ${message} (${code})`, { cause: Object.assign(new Error(message), { code }) });
 }
 
-function run(fail: Partial<Record<PruneTarget, Error>>, rows: Partial<Record<PruneTarget, number>> = {}) {
+function run(fail: Partial<Record<PruneTarget, Error>>, rows: Partial<Record<PruneTarget, number>> = {}, windows: RetentionWindows = { sentMs: 60_000, skippedMs: 60_000 }) {
   const calls: PruneTarget[] = [];
+  const windowsUsed: Array<[PruneTarget, number]> = [];
   const logged: Array<{ level: string; msg: string; fields?: Record<string, unknown> }> = [];
   const store = {
-    pruneChunk: (what: PruneTarget) => {
+    pruneChunk: (what: PruneTarget, retainMs: number) => {
       calls.push(what);
+      windowsUsed.push([what, retainMs]);
       const err = fail[what];
       if (err) return Promise.reject(err);
       return Promise.resolve(rows[what] ?? 0);
@@ -27,8 +30,8 @@ function run(fail: Partial<Record<PruneTarget, Error>>, rows: Partial<Record<Pru
   } as unknown as Store;
   const log = (level: string) => (msg: string, fields?: Record<string, unknown>) => logged.push({ level, msg, fields });
   const logger = { debug: log('debug'), info: log('info'), warn: log('warn'), error: log('error'), child: () => logger } as Logger;
-  const retention = new Retention(store, 60_000, logger);
-  return retention.run(new Deadline(Date.now() + 60_000)).then((deleted) => ({ deleted, calls, logged }));
+  const retention = new Retention(store, windows, logger);
+  return retention.run(new Deadline(Date.now() + 60_000)).then((deleted) => ({ deleted, calls, logged, windowsUsed }));
 }
 
 describe('Retention.run', () => {
@@ -75,7 +78,21 @@ describe('Retention.run', () => {
       },
     } as unknown as Store;
     const logger = { debug() {}, info() {}, warn() {}, error() {}, child: () => logger } as Logger;
-    assert.equal(await new Retention(store, 1, logger).run(new Deadline(Date.now() + 60_000)), PRUNE_CHUNK_ROWS);
+    assert.equal(await new Retention(store, { sentMs: 1, skippedMs: 1 }, logger).run(new Deadline(Date.now() + 60_000)), PRUNE_CHUNK_ROWS);
     assert.deepEqual(calls, ['sent', 'sent', 'legacy-sent', 'skipped']);
+  });
+
+  it('skipped rows are pruned with their own window (OUTBOX_RETAIN_SKIPPED_MS), sent ones with theirs', async () => {
+    const { windowsUsed } = await run({}, {}, { sentMs: 86_400_000, skippedMs: 30 * 86_400_000 });
+    assert.deepEqual(windowsUsed, [
+      ['sent', 86_400_000],
+      ['legacy-sent', 86_400_000],
+      ['skipped', 30 * 86_400_000],
+    ]);
+  });
+
+  it('a window of 0 keeps those rows forever: that place is not pruned at all', async () => {
+    assert.deepEqual((await run({}, {}, { sentMs: 60_000, skippedMs: 0 })).calls, ['sent', 'legacy-sent']);
+    assert.deepEqual((await run({}, { skipped: 3 }, { sentMs: 0, skippedMs: 60_000 })).calls, ['skipped']);
   });
 });
