@@ -1,9 +1,9 @@
 // Shared fixtures for integration tests against the real local services (npm run services:up).
 // Each test gets its own outbox table and its own topics, so tests never see each other's rows.
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { appendFileSync, readFileSync } from 'node:fs';
+import { appendFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import kafkajs from 'kafkajs';
@@ -391,11 +391,6 @@ export function twiceIds(copies: Map<string, number>): Set<string> {
   return new Set([...copies].filter(([, n]) => n === 2).map(([id]) => id));
 }
 
-/** The broker's pid, from the file services.sh writes. */
-export function brokerPid(): number {
-  return Number(readFileSync(join(ROOT, '.cache', 'run', 'kafka.pid'), 'utf8').trim());
-}
-
 /** Per aggregate, the seqs (or any order key) in the order their first copies appear. */
 export function firstCopyOrder(messages: Consumed[], orderOf: (id: string) => number): Map<string, number[]> {
   const seen = new Set<string>();
@@ -446,12 +441,6 @@ export async function setScramPassword(user: string, password: string, mechanism
     child.on('close', resolve);
   });
   if (code !== 0) throw new Error(`setScramPassword(${user}, ${mechanism}) failed (exit ${code}): ${output.trim()}`);
-}
-
-/** Start the broker again if a test stopped it (idempotent: a running broker is left alone). */
-export function servicesUp(): void {
-  const r = spawnSync('bash', [join(ROOT, 'scripts', 'services.sh'), 'up', 'kafka'], { cwd: ROOT, encoding: 'utf8', timeout: 240_000, env: { ...process.env, OUTBOX_SERVICES: 'local' } });
-  assert.equal(r.status, 0, `services.sh up did not restore the broker:\n${r.stdout}${r.stderr}`);
 }
 
 /** After a restart or a pause, partitions may be leaderless for a few seconds (KRaft fences a
