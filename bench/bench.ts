@@ -101,7 +101,7 @@ const env = {
   DATABASE_URL: process.env.DATABASE_URL ?? 'postgres://outbox:outbox@127.0.0.1:5432/outbox',
   KAFKA_BROKERS: process.env.KAFKA_BROKERS ?? '127.0.0.1:9092',
   OUTBOX_BATCH_SIZE: String(BATCH),
-  OUTBOX_RETAIN_SENT_MS: '0',
+  OUTBOX_RETAIN_SENT_MS: '0', OUTBOX_RETAIN_SKIPPED_MS: '0',
   OUTBOX_LOG_LEVEL: 'warn',
   OUTBOX_SAFETY_MARGIN_MS: '0',
 };

@@ -168,7 +168,7 @@ async function runCase(mode: 'exit' | 'linger', rate: number): Promise<CaseResul
     OUTBOX_IDLE: mode,
     OUTBOX_WAKE: values.wake,
     OUTBOX_SAFETY_MARGIN_MS: String(MARGIN_MS),
-    OUTBOX_RETAIN_SENT_MS: '0',
+    OUTBOX_RETAIN_SENT_MS: '0', OUTBOX_RETAIN_SKIPPED_MS: '0',
     OUTBOX_METRICS: 'off',
     OUTBOX_LOG_LEVEL: 'warn',
     OUTBOX_CLIENT_ID: 'outbox-relay-bench',
@@ -297,7 +297,7 @@ async function runCase(mode: 'exit' | 'linger', rate: number): Promise<CaseResul
 /** A warm invocation with nothing to do, in exit mode: the fixed part of every exit-mode invocation (median of 15). */
 async function emptyInvocationSeconds(): Promise<number> {
   const { table, topic } = await freshCase('empty');
-  const c = new Container({ DATABASE_URL, KAFKA_BROKERS, OUTBOX_TABLE: table, OUTBOX_TOPIC_TEMPLATE: topic, OUTBOX_METRICS: 'off', OUTBOX_LOG_LEVEL: 'warn', OUTBOX_RETAIN_SENT_MS: '0' });
+  const c = new Container({ DATABASE_URL, KAFKA_BROKERS, OUTBOX_TABLE: table, OUTBOX_TOPIC_TEMPLATE: topic, OUTBOX_METRICS: 'off', OUTBOX_LOG_LEVEL: 'warn', OUTBOX_RETAIN_SENT_MS: '0', OUTBOX_RETAIN_SKIPPED_MS: '0' });
   const ds: number[] = [];
   for (let i = 0; i < (values.smoke ? 4 : 16); i++) {
     const a = await c.invoke(TIMEOUT_MS);

@@ -32,7 +32,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** A warm container in linger mode (retention off, as in linger.test.ts). */
 function lingering(f: Fixture, env: Record<string, string>): Runtime {
-  return new Runtime(loadConfig({ ...f.env, OUTBOX_IDLE: 'linger', OUTBOX_RETAIN_SENT_MS: '0', OUTBOX_LOG_LEVEL: 'warn', ...env }), createLogger('warn'));
+  return new Runtime(loadConfig({ ...f.env, OUTBOX_IDLE: 'linger', OUTBOX_RETAIN_SENT_MS: '0', OUTBOX_RETAIN_SKIPPED_MS: '0', OUTBOX_LOG_LEVEL: 'warn', ...env }), createLogger('warn'));
 }
 
 describe('linger mode, the broker paused', () => {

@@ -48,7 +48,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 function runtime(f: Fixture, env: Record<string, string>): Runtime {
   // retention off: nothing to prune, and no second connection the LISTEN test would have to allow for
-  return new Runtime(loadConfig({ ...f.env, OUTBOX_IDLE: 'linger', OUTBOX_RETAIN_SENT_MS: '0', OUTBOX_LOG_LEVEL: 'warn', ...env }), createLogger('warn'));
+  return new Runtime(loadConfig({ ...f.env, OUTBOX_IDLE: 'linger', OUTBOX_RETAIN_SENT_MS: '0', OUTBOX_RETAIN_SKIPPED_MS: '0', OUTBOX_LOG_LEVEL: 'warn', ...env }), createLogger('warn'));
 }
 
 /** Write `n` events, one transaction each, `gapMs` apart, through the enqueue helper; the commit time of each. */
@@ -150,7 +150,7 @@ describe('linger mode', () => {
     url.port = String(proxy.port);
     const warnings: string[] = [];
     const rt = new Runtime(
-      loadConfig({ ...f.env, DATABASE_URL: url.toString(), OUTBOX_IDLE: 'linger', OUTBOX_WAKE: 'notify', OUTBOX_POLL_MS: '100', OUTBOX_RETAIN_SENT_MS: '0' }),
+      loadConfig({ ...f.env, DATABASE_URL: url.toString(), OUTBOX_IDLE: 'linger', OUTBOX_WAKE: 'notify', OUTBOX_POLL_MS: '100', OUTBOX_RETAIN_SENT_MS: '0', OUTBOX_RETAIN_SKIPPED_MS: '0' }),
       createLogger('warn', {}, (line) => warnings.push(line)),
     );
     const watching = await startWatching([f.topic('order')]);

@@ -76,7 +76,7 @@ describe('G2: a batch\'s COMMIT reaches the database before the next batch reach
       url.port = String(pgProxy.port);
       // a child process, so the relay's writes and the proxies' reads are on different event loops;
       // retention off: its chunks commit on a connection of their own and would blur the count
-      const res = await runCli(['invoke', '--timeout', '30000'], { ...f.env, DATABASE_URL: url.toString(), KAFKA_BROKERS: `127.0.0.1:${KAFKA_PROXY_PORT}`, OUTBOX_BATCH_SIZE: '100', OUTBOX_RETAIN_SENT_MS: '0' });
+      const res = await runCli(['invoke', '--timeout', '30000'], { ...f.env, DATABASE_URL: url.toString(), KAFKA_BROKERS: `127.0.0.1:${KAFKA_PROXY_PORT}`, OUTBOX_BATCH_SIZE: '100', OUTBOX_RETAIN_SENT_MS: '0', OUTBOX_RETAIN_SKIPPED_MS: '0' });
       assert.equal(res.code, 0, res.stderr);
       assert.equal(res.summary?.published, 450);
       assert.equal(res.summary?.batches, 5);
@@ -140,7 +140,7 @@ describe('G1/G2: a crash after a batch\'s COMMIT went out, while the next batch 
       url.port = String(pgProxy.port);
       // a child process, so the relay's writes and the proxies' reads are on different event loops;
       // retention off: its chunks commit on a connection of their own
-      const running = startCli(['invoke', '--timeout', '60000'], { ...f.env, DATABASE_URL: url.toString(), KAFKA_BROKERS: `127.0.0.1:${KAFKA_PROXY_PORT}`, OUTBOX_BATCH_SIZE: '100', OUTBOX_RETAIN_SENT_MS: '0' });
+      const running = startCli(['invoke', '--timeout', '60000'], { ...f.env, DATABASE_URL: url.toString(), KAFKA_BROKERS: `127.0.0.1:${KAFKA_PROXY_PORT}`, OUTBOX_BATCH_SIZE: '100', OUTBOX_RETAIN_SENT_MS: '0', OUTBOX_RETAIN_SKIPPED_MS: '0' });
       let timer: NodeJS.Timeout | undefined;
       const first = await Promise.race([
         batch2Sent.promise.then(() => 'sent' as const),

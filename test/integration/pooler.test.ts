@@ -75,7 +75,7 @@ describe('the default DATABASE_PREPARE=true meets a transaction pooler', () => {
 
   it('linger mode through the pooler with nothing set: the pooler found at connect also makes the wait poll (a LISTEN through it would hear nothing), and a new row is sent within 3 s', async () => {
     const f = await fixture(sql, 'pooledlinger');
-    const rt = new Runtime(loadConfig({ ...relayEnv(f.env, POOLER_DATABASE_URL), OUTBOX_IDLE: 'linger', OUTBOX_POLL_MS: '100', OUTBOX_RETAIN_SENT_MS: '0' }), capturingLogger([]));
+    const rt = new Runtime(loadConfig({ ...relayEnv(f.env, POOLER_DATABASE_URL), OUTBOX_IDLE: 'linger', OUTBOX_POLL_MS: '100', OUTBOX_RETAIN_SENT_MS: '0', OUTBOX_RETAIN_SKIPPED_MS: '0' }), capturingLogger([]));
     try {
       const invocation = rt.invoke(6_000);
       await new Promise((r) => setTimeout(r, 1_500));

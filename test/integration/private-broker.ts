@@ -18,6 +18,7 @@ import kafkajs from 'kafkajs';
 import { ROOT } from './helpers.ts';
 
 const LIBS = join(ROOT, '.cache', 'kafka', 'libs', '*');
+const PROBE = 'private-broker.ready';
 
 export interface PrivateBroker {
   /** host:port for KAFKA_BROKERS */
@@ -88,7 +89,11 @@ export async function startPrivateBroker(): Promise<PrivateBroker> {
       if (!alive()) throw new Error(`the private broker ${address} exited: ${readFileSync(log, 'utf8').slice(-3_000)}`);
       try {
         await admin.connect();
-        await admin.describeCluster();
+        // answering metadata is not enough: after a restart or a pause KRaft fences the broker for a
+        // few seconds, and until it is unfenced its partitions have no leader. A probe topic's
+        // offsets answer only once they have one.
+        if (!(await admin.listTopics()).includes(PROBE)) await admin.createTopics({ topics: [{ topic: PROBE, numPartitions: 1 }], waitForLeaders: true });
+        await admin.fetchTopicOffsets(PROBE);
         await admin.disconnect();
         return;
       } catch (err) {

@@ -285,7 +285,7 @@ async function serializedWriters(sql: Sql, { guard }: { guard: boolean }): Promi
   });
   const urlA = new URL(f.env.DATABASE_URL!);
   urlA.port = String(proxy.port);
-  const env = { ...f.env, OUTBOX_BATCH_SIZE: '5', OUTBOX_RETAIN_SENT_MS: '0', OUTBOX_LOG_LEVEL: 'error' };
+  const env = { ...f.env, OUTBOX_BATCH_SIZE: '5', OUTBOX_RETAIN_SENT_MS: '0', OUTBOX_RETAIN_SKIPPED_MS: '0', OUTBOX_LOG_LEVEL: 'error' };
   const relay = (config: Config) => (guard ? new Runtime(config, createLogger('error')) : new RuntimeWith(UnguardedStore, config, createLogger('error')));
   const a = relay(loadConfig({ ...env, DATABASE_URL: urlA.toString() }));
   const b = relay(loadConfig(env));
