@@ -37,7 +37,7 @@ TEST_KAFKA_CLIENT=platformatic run_tests --test-concurrency=1 --test-timeout=600
 # RDS Proxy; the tests' own statements stay direct (test/integration/helpers.ts).
 echo '# the guarantee tests again, through PgBouncer (transaction mode), OUTBOX_KAFKA_CLIENT=kafkajs'
 TEST_VIA_POOLER=1 TEST_KAFKA_CLIENT=kafkajs run_tests --test-concurrency=1 --test-timeout=600000 \
-  test/integration/relay.test.ts test/integration/poison-rows.test.ts test/integration/missing-topics.test.ts \
+  test/integration/relay.test.ts test/integration/poison-rows.test.ts test/integration/row-rules.test.ts test/integration/missing-topics.test.ts \
   test/integration/operator-commands.test.ts test/integration/database-faults.test.ts \
   test/integration/secrets.test.ts test/integration/broker-faults.test.ts test/integration/publishing.test.ts || status=$?
 exit "$status"

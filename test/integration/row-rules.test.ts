@@ -58,8 +58,8 @@ async function assertParkedAtOnce(f: Fixture, id: string, error: RegExp): Promis
 
 const escape = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
-describe('G4/G6: a row cannot publish outside OUTBOX_TOPIC_PREFIX', () => {
-  it('through its topic column (prefix unset: the template\'s start): parked at once naming the rule and the setting, nothing on the foreign topic; the batch\'s other rows delivered; its aggregate\'s later row waits', async () => {
+describe('G6: a row cannot publish outside OUTBOX_TOPIC_PREFIX', () => {
+  it('through its topic column (prefix unset: the template\'s start): parked at once naming the rule and the setting, nothing on the foreign topic; the batch\'s other rows delivered; its aggregate\'s later row waits behind it (G4)', async () => {
     const f = await fixture(sql, 'prefixcol');
     const foreign = await foreignTopic(f);
     const near = `${f.prefix}x`;

@@ -33,7 +33,7 @@ describe('brokenRule: the topic prefix', () => {
       assert.ok(err, topic);
       assert.equal(err.permanent, true, 'parked at once: the row would break it on every attempt');
       assert.equal(err.message.split(':')[0], `topic "${topic}" breaks the topic-prefix rule`);
-      assert.match(err.message, /every topic must start with OUTBOX_TOPIC_PREFIX "acme\."/);
+      assert.match(err.message, /every topic must start with OUTBOX_TOPIC_PREFIX "acme\."\. Fix the row's topic \(or aggregatetype\); if the relay is meant to write that topic, widen OUTBOX_TOPIC_PREFIX, and the relay's Kafka ACL or IAM policy with it$/);
     }
   });
 
@@ -49,13 +49,15 @@ describe('brokenRule: headers', () => {
   });
 
   it('G6: a name starting with "__" breaks the reserved-header rule, permanently, naming the header and OUTBOX_HEADERS_ALLOW_RESERVED', () => {
-    for (const name of ['__TypeId__', '__KeyTypeId__', '__']) {
+    for (const name of ['__TypeId__', '__KeyTypeId__', '__', '__x']) {
       const err = check({ headers: { ok: '1', [name]: 'com.example.Gadget' } });
       assert.ok(err, name);
       assert.equal(err.permanent, true);
       assert.match(err.message, new RegExp(`^header "${name}" breaks the reserved-header rule: .*OUTBOX_HEADERS_ALLOW_RESERVED`));
     }
-    assert.equal(check({ headers: { _x: '1', 'a__b': '2' } }), undefined, 'one underscore, or "__" inside a name, is not reserved');
+    assert.equal(check({ headers: { _x: '1', 'a__b': '2', 'x__': '3' } }), undefined, 'one underscore, or "__" inside or at the end of a name, is not reserved');
+    const long = `__${'n'.repeat(500)}`;
+    assert.ok(check({ headers: { [long]: 'x' } })?.message.startsWith(`header "${long.slice(0, 100)}" breaks`), 'at most 100 characters of the name are quoted');
   });
 
   it('a reserved name listed in OUTBOX_HEADERS_ALLOW_RESERVED passes; others stay refused (exact names)', () => {
@@ -69,13 +71,16 @@ describe('brokenRule: headers', () => {
     assert.equal(check({ headers: { a: '', b: '', c: '' } }), undefined);
     const err = check({ headers: { a: '', b: '', c: '', d: '' } });
     assert.equal(err?.permanent, true);
-    assert.match(err?.message ?? '', /^the row's 4 headers break the header-count rule: at most OUTBOX_HEADERS_MAX_COUNT=3 per row/);
+    assert.equal(err?.message, "the row's 4 headers break the header-count rule: at most OUTBOX_HEADERS_MAX_COUNT=3 per row (id and type not counted). Send fewer headers, or raise OUTBOX_HEADERS_MAX_COUNT");
     assert.ok(check({ headers: { a: '' } }, { ...rules, maxHeaders: 0 }), '0: rows may set no header');
   });
 
   it('G6: names and values over OUTBOX_HEADERS_MAX_BYTES (UTF-8, as sent: non-strings as JSON) break the header-size rule (at the limit passes)', () => {
     assert.equal(check({ headers: { k: 'v'.repeat(39) } }), undefined, '1 + 39 = 40 bytes');
-    assert.match(check({ headers: { k: 'v'.repeat(40) } })?.message ?? '', /^the row's headers \(41 bytes of names and values\) break the header-size rule: at most OUTBOX_HEADERS_MAX_BYTES=40/);
+    assert.equal(
+      check({ headers: { k: 'v'.repeat(40) } })?.message,
+      "the row's headers (41 bytes of names and values) break the header-size rule: at most OUTBOX_HEADERS_MAX_BYTES=40 per row (id and type not counted). Move the data into the payload, or raise OUTBOX_HEADERS_MAX_BYTES",
+    );
     assert.ok(check({ headers: { k: 'é'.repeat(20) } }), 'é is 2 bytes: 41 in all');
     assert.ok(check({ headers: { k: { nested: 'v'.repeat(30) } } }), 'an object value is sent as its JSON text, and measured so');
   });
@@ -134,6 +139,8 @@ describe('OUTBOX_TOPIC_PREFIX and the header settings (src/config.ts)', () => {
     assert.match(problems({ OUTBOX_TOPIC_PREFIX: 'acme/' })[0]!, /^OUTBOX_TOPIC_PREFIX="acme\/" cannot start a Kafka topic name/);
     assert.match(problems({ OUTBOX_TOPIC_PREFIX: 'x'.repeat(250), OUTBOX_TOPIC_TEMPLATE: '{type}' })[0]!, /cannot start a Kafka topic name/);
     assert.match(problems({ OUTBOX_TOPIC_PREFIX: '_', OUTBOX_TOPIC_TEMPLATE: '_{type}' })[0]!, /^OUTBOX_TOPIC_PREFIX="_" starts with "_", as Kafka's and its tools' internal topics do/);
+    assert.match(problems({ OUTBOX_TOPIC_PREFIX: '_x.', OUTBOX_TOPIC_TEMPLATE: '{type}' })[0]!, /^OUTBOX_TOPIC_PREFIX="_x\." starts with "_"/);
+    assert.deepEqual(problems({ OUTBOX_TOPIC_PREFIX: 'x_', OUTBOX_TOPIC_TEMPLATE: '{type}' }), [], 'an underscore elsewhere is fine');
     assert.match(problems({ OUTBOX_TOPIC_TEMPLATE: '__{aggregatetype}' })[0]!, /^OUTBOX_TOPIC_PREFIX \(unset: OUTBOX_TOPIC_TEMPLATE's text before its first placeholder, "__"\) starts with "_"/);
     assert.match(problems({ OUTBOX_TOPIC_TEMPLATE: 'bad topic.{type}' })[0]!, /^OUTBOX_TOPIC_PREFIX \(unset: .*"bad topic\."\) cannot start a Kafka topic name/);
   });
@@ -152,6 +159,7 @@ describe('OUTBOX_TOPIC_PREFIX and the header settings (src/config.ts)', () => {
     assert.deepEqual(problems({ OUTBOX_HEADERS_ALLOW_RESERVED: '__TypeId__,TypeId' }), [
       'OUTBOX_HEADERS_ALLOW_RESERVED entry "TypeId" does not start with "__": only such names are reserved, every other name is allowed already (a comma-separated list of exact names, e.g. __TypeId__)',
     ]);
+    assert.match(problems({ OUTBOX_HEADERS_ALLOW_RESERVED: 'TypeId__,__x' }).join('\n'), /^OUTBOX_HEADERS_ALLOW_RESERVED entry "TypeId__" does not start with "__"[^\n]*$/, 'ending with "__" is not starting with it');
     assert.deepEqual(problems({ OUTBOX_HEADERS_MAX_COUNT: '1001' }), ['OUTBOX_HEADERS_MAX_COUNT=1001 is out of range; expected an integer between 0 and 1000 (default 32)']);
     assert.deepEqual(problems({ OUTBOX_HEADERS_MAX_BYTES: 'lots' }), ['OUTBOX_HEADERS_MAX_BYTES="lots" is not a whole number; expected an integer between 0 and 1000000 (default 16384)']);
   });
