@@ -1,9 +1,10 @@
 // The only reader of process.env. Turns the environment into a typed, validated Config and
 // reports every problem at once, each naming the variable and the form it expects.
 import { BUDGET } from './budget.ts';
-import { PARKED_POLICIES, TOPIC_PLACEHOLDERS, parseTableName, unknownPlaceholders, type ParkedPolicy, type TableName } from './domain.ts';
+import { LEGAL_TOPIC, PARKED_POLICIES, TOPIC_PLACEHOLDERS, parseTableName, templateHead, unknownPlaceholders, type ParkedPolicy, type TableName } from './domain.ts';
 import { ConfigError } from './errors.ts';
 import type { Level } from './log.ts';
+import { DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS, RESERVED_HEADER_PREFIX, type RowRules } from './loop/row-rules.ts';
 import { TEST_HOOKS } from './test-hooks.ts';
 
 export const KAFKA_CLIENTS = ['kafkajs', 'platformatic'] as const;
@@ -41,6 +42,8 @@ export interface Config {
     backoffBaseMs: number;
     backoffMaxMs: number;
     topicTemplate: string;
+    /** what a row may choose: the topic prefix, its extra headers' names, count and size (src/loop/row-rules.ts) */
+    rowRules: RowRules;
     parkedPolicy: ParkedPolicy;
     /** upper bound for one encoded message; undefined = ask the broker */
     maxMessageBytes?: number;
@@ -206,6 +209,7 @@ function outboxConfig(read: EnvReader, prepare: boolean): Config['outbox'] {
     backoffBaseMs,
     backoffMaxMs,
     topicTemplate,
+    rowRules: rowRules(read, topicTemplate),
     parkedPolicy: read.oneOf('OUTBOX_PARKED_POLICY', PARKED_POLICIES, 'hold'),
     maxMessageBytes: read.str('OUTBOX_MAX_MESSAGE_BYTES') === undefined ? undefined : read.int('OUTBOX_MAX_MESSAGE_BYTES', 1_000_000, 1_024, 100_000_000),
     sentRows: read.oneOf('OUTBOX_SENT_ROWS', ['keep', 'delete'] as const, 'keep'),
@@ -220,6 +224,55 @@ function outboxConfig(read: EnvReader, prepare: boolean): Config['outbox'] {
     wakeDefaulted: read.str('OUTBOX_WAKE') === undefined,
     pollMs: read.int('OUTBOX_POLL_MS', 250, 10, 60_000),
   };
+}
+
+/**
+ * The topic prefix and the header limits. A row may always name its own topic, so there is always
+ * a prefix: OUTBOX_TOPIC_PREFIX, else the template's fixed start, which every topic the template
+ * gives has anyway. A template starting with a placeholder leaves no fixed start, so the prefix
+ * must then be given. Every resolved topic is checked against it (row-rules.ts); here, only that
+ * the prefix can be a topic's start, that it does not reach Kafka's and its tools' internal topics
+ * (all of which start with `_`), and that the template can give a topic inside it.
+ */
+function rowRules(read: EnvReader, template: string): RowRules {
+  const given = read.str('OUTBOX_TOPIC_PREFIX');
+  const head = templateHead(template);
+  const topicPrefix = given ?? head;
+  const named = given === undefined ? `OUTBOX_TOPIC_PREFIX (unset: OUTBOX_TOPIC_TEMPLATE's text before its first placeholder, ${JSON.stringify(head)})` : `OUTBOX_TOPIC_PREFIX=${JSON.stringify(given)}`;
+  if (topicPrefix === '') {
+    read.problems.push(
+      `OUTBOX_TOPIC_PREFIX is required when OUTBOX_TOPIC_TEMPLATE (${JSON.stringify(template)}) starts with a placeholder: without it a row could publish to any topic the relay may write, ` +
+        "other services' and Kafka's internal ones included. Set it to the prefix the relay's Kafka ACL or IAM policy grants, e.g. OUTBOX_TOPIC_PREFIX=outbox.",
+    );
+  } else if (!LEGAL_TOPIC.test(topicPrefix)) {
+    read.problems.push(`${named} cannot start a Kafka topic name: expected 1-249 of [a-zA-Z0-9._-], e.g. outbox.`);
+  } else if (topicPrefix.startsWith('_')) {
+    read.problems.push(`${named} starts with "_", as Kafka's and its tools' internal topics do (__consumer_offsets, __transaction_state, _schemas): choose a prefix of your own, e.g. outbox.`);
+  } else if (!templateFits(template, head, topicPrefix)) {
+    read.problems.push(
+      `OUTBOX_TOPIC_TEMPLATE=${JSON.stringify(template)} never gives a topic starting with OUTBOX_TOPIC_PREFIX=${JSON.stringify(topicPrefix)}, so every row it routes would be parked: ` +
+        `start the template with the prefix, e.g. OUTBOX_TOPIC_TEMPLATE=${topicPrefix}{aggregatetype}`,
+    );
+  }
+  const reservedHeadersAllowed = (read.str('OUTBOX_HEADERS_ALLOW_RESERVED') ?? '').split(',').map((n) => n.trim()).filter(Boolean);
+  for (const name of reservedHeadersAllowed) {
+    if (!name.startsWith(RESERVED_HEADER_PREFIX)) {
+      read.problems.push(`OUTBOX_HEADERS_ALLOW_RESERVED entry ${JSON.stringify(name)} does not start with "${RESERVED_HEADER_PREFIX}": only such names are reserved, every other name is allowed already (a comma-separated list of exact names, e.g. __TypeId__)`);
+    }
+  }
+  return {
+    topicPrefix,
+    reservedHeadersAllowed,
+    maxHeaders: read.int('OUTBOX_HEADERS_MAX_COUNT', DEFAULT_MAX_HEADERS, 0, 1_000),
+    maxHeaderBytes: read.int('OUTBOX_HEADERS_MAX_BYTES', DEFAULT_MAX_HEADER_BYTES, 0, 1_000_000),
+  };
+}
+
+/** Whether some row could get a topic starting with `prefix` from `template` (its fixed start `head`). */
+function templateFits(template: string, head: string, prefix: string): boolean {
+  if (head.startsWith(prefix)) return true;
+  // the placeholders may fill in the rest of the prefix (a template without one never can)
+  return head !== template && prefix.startsWith(head);
 }
 
 function telemetryConfig(read: EnvReader): Config['telemetry'] {

@@ -19,7 +19,11 @@ export interface OutboxRow {
 
 // Topic routing: a row's own `topic`, else the template (OUTBOX_TOPIC_TEMPLATE) with each
 // placeholder replaced by the row's column of that name. The claim routes rows the same way in SQL
-// (src/outbox/sql.ts) to leave backed-off topics out.
+// (src/outbox/sql.ts) to leave backed-off topics out. Whichever way a topic was chosen, a row whose
+// topic does not start with the topic prefix is never sent (src/loop/row-rules.ts).
+
+/** Kafka's own rule for topic names (kafka.common.internals.Topic). */
+export const LEGAL_TOPIC = /^[a-zA-Z0-9._-]{1,249}$/;
 
 /** The placeholders a topic template may use, in the order they are replaced. */
 export const TOPIC_PLACEHOLDERS = ['aggregatetype', 'type'] as const;
@@ -29,11 +33,24 @@ export function topicFor(row: Pick<OutboxRow, 'aggregatetype' | 'type' | 'topic'
   return TOPIC_PLACEHOLDERS.reduce((topic, column) => topic.replaceAll(`{${column}}`, row[column]), template);
 }
 
+/**
+ * The template's fixed start: its text before the first placeholder (all of it when it has none).
+ * Every topic the template gives starts with it, whatever the row's columns hold; the topic prefix
+ * (OUTBOX_TOPIC_PREFIX) defaults to it (src/config.ts).
+ */
+export function templateHead(template: string): string {
+  const at = template.indexOf('{');
+  return at < 0 ? template : template.slice(0, at);
+}
+
 /** The placeholders of `template` that topicFor does not replace, without their braces. */
 export function unknownPlaceholders(template: string): string[] {
   const known: readonly string[] = TOPIC_PLACEHOLDERS;
   return [...template.matchAll(/\{([^}]*)\}/g)].map((m) => m[1] ?? '').filter((p) => !known.includes(p));
 }
+
+/** The headers the relay sets on every message (the row's `id` and `type`): a row's own headers never override them. */
+export const RELAY_HEADERS: readonly string[] = ['id', 'type'];
 
 /**
  * A table name from configuration (OUTBOX_TABLE). Identifiers cannot be bound as query parameters,

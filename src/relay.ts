@@ -288,9 +288,10 @@ class Invocation {
   private async publish(batch: Batch, ready: ClaimedRow[]): Promise<PublishOutcome> {
     const sendBy = this.budget.sendBy();
     const { publisher } = this.deps;
-    const { topicTemplate } = this.deps.config;
+    const { topicTemplate, rowRules } = this.deps.config;
+    const ctx = { format: publisher, topicTemplate, rules: rowRules, backedOff: this.backedOffTopics };
     const limits = new Map<string, number>();
-    for (const topic of topicsToSend(ready, publisher, topicTemplate, this.backedOffTopics)) {
+    for (const topic of topicsToSend(ready, ctx)) {
       try {
         limits.set(topic, await publisher.maxMessageBytes(topic, sendBy));
       } catch (err) {
@@ -299,7 +300,7 @@ class Invocation {
         return { acked: [], rejected: [], backedOff: [], unavailable: err as RelayError };
       }
     }
-    const plan = planBatch(ready, { format: publisher, topicTemplate, limits, backedOff: this.backedOffTopics });
+    const plan = planBatch(ready, { ...ctx, limits });
     batch.tx.premark(plan.messages.map((m) => m.seq));
     // The client was abandoned since this batch was claimed (the claim ahead, while the batch
     // before it was committed): the server has rolled its transaction back, so its rows are no

@@ -2,16 +2,13 @@
 // aggregate stays on one partition and in order), the value is the JSON payload as stored, and the
 // `id` header is the row's uuid, identical on every copy, which is what lets consumers drop the
 // duplicates at-least-once allows.
-import { topicFor, type OutboxRow } from '../domain.ts';
+import { LEGAL_TOPIC, topicFor, type OutboxRow } from '../domain.ts';
 import { MessageRejectedError } from '../errors.ts';
 import type { OutboundMessage } from '../loop/ports.ts';
 
-// Kafka's own rule for topic names (kafka.common.internals.Topic)
-const TOPIC = /^[a-zA-Z0-9._-]{1,249}$/;
-
 export function toMessage(row: OutboxRow, template: string): OutboundMessage {
   const topic = topicFor(row, template);
-  if (!TOPIC.test(topic)) {
+  if (!LEGAL_TOPIC.test(topic)) {
     throw new MessageRejectedError(
       `topic ${JSON.stringify(topic.slice(0, 300))} is not a legal Kafka topic name (1-249 of [a-zA-Z0-9._-]); fix the row's topic/aggregatetype or OUTBOX_TOPIC_TEMPLATE`,
     );
@@ -21,7 +18,7 @@ export function toMessage(row: OutboxRow, template: string): OutboundMessage {
     if (v === null || v === undefined) continue;
     headers[k] = typeof v === 'string' ? v : JSON.stringify(v);
   }
-  // id and type are the relay's contract: a row's own headers cannot override them
+  // id and type are the relay's contract (RELAY_HEADERS): a row's own headers cannot override them
   headers.id = row.id;
   headers.type = row.type;
   return { seq: row.seq, aggregateid: row.aggregateid, topic, key: row.aggregateid, value: row.payload, headers };

@@ -1,14 +1,16 @@
 // Planning a batch (pure): which claimed rows become messages now, which are rejected before any
 // send (they can never be sent as they are), and which wait, uncharged, for a later batch. What a
-// message is, and which the broker can never take, the publisher says (MessageFormat).
+// message is, and which the broker can never take, the publisher says (MessageFormat); what a row
+// may choose (its topic's prefix, its headers), the relay's rules (row-rules.ts).
 import type { OutboxRow } from '../domain.ts';
 import { MessageRejectedError } from '../errors.ts';
 import type { MessageFormat, OutboundMessage } from './ports.ts';
+import { brokenRule, type RowRules } from './row-rules.ts';
 
 export interface Plan {
   /** in seq order; an aggregate's messages are a prefix of its rows in the batch */
   messages: OutboundMessage[];
-  /** rows that can never be sent as they are (illegal topic, too large): charged an attempt */
+  /** rows that can never be sent as they are (illegal topic, a broken row rule, too large): charged an attempt */
   rejected: Array<{ seq: string; error: MessageRejectedError }>;
   /** rows that wait, uncharged: behind a rejected row, a change of topic, or a backed-off topic */
   waiting: string[];
@@ -18,24 +20,37 @@ export interface PlanContext {
   /** the publisher's: rows to messages, and the sizes it refuses */
   format: MessageFormat;
   topicTemplate: string;
+  /** what a row may choose: checked before any send, and before its topic's limit is asked for */
+  rules: RowRules;
   /** the largest message each topic takes (Publisher.maxMessageBytes; topicsToSend lists the topics to look up) */
   limits: ReadonlyMap<string, number>;
   /** topics the broker refused as a whole in this invocation */
   backedOff: ReadonlySet<string>;
 }
 
-/** The topics whose size limit planBatch needs: those of rows that could be sent. */
-export function topicsToSend(rows: OutboxRow[], format: MessageFormat, topicTemplate: string, backedOff: ReadonlySet<string>): string[] {
+/**
+ * The topics whose size limit planBatch needs: those of rows that could be sent. A row that breaks
+ * a rule is left out, so that not even its topic's config is asked of the broker.
+ */
+export function topicsToSend(rows: OutboxRow[], ctx: Omit<PlanContext, 'limits'>): string[] {
   const topics = new Set<string>();
   for (const row of rows) {
-    try {
-      const { topic } = format.toMessage(row, topicTemplate);
-      if (!backedOff.has(topic)) topics.add(topic);
-    } catch {
-      // an illegal topic name: planBatch rejects the row without asking the broker
-    }
+    const m = messageOf(row, ctx);
+    if (!(m instanceof MessageRejectedError) && !ctx.backedOff.has(m.topic)) topics.add(m.topic);
   }
   return [...topics];
+}
+
+/** The row's message, or why it can never be sent: the broker's rules (an illegal topic name), then the relay's. */
+function messageOf(row: OutboxRow, ctx: Omit<PlanContext, 'limits'>): OutboundMessage | MessageRejectedError {
+  let m: OutboundMessage;
+  try {
+    m = ctx.format.toMessage(row, ctx.topicTemplate);
+  } catch (err) {
+    if (err instanceof MessageRejectedError) return err;
+    throw err;
+  }
+  return brokenRule(m, ctx.rules) ?? m;
 }
 
 /** `rows` in seq order. Once a row of an aggregate is not sent now, none of its later rows is (G4). */
@@ -48,12 +63,9 @@ export function planBatch(rows: OutboxRow[], ctx: PlanContext): Plan {
       plan.waiting.push(row.seq);
       continue;
     }
-    let m: OutboundMessage;
-    try {
-      m = ctx.format.toMessage(row, ctx.topicTemplate);
-    } catch (err) {
-      if (!(err instanceof MessageRejectedError)) throw err;
-      plan.rejected.push({ seq: row.seq, error: err });
+    const m = messageOf(row, ctx);
+    if (m instanceof MessageRejectedError) {
+      plan.rejected.push({ seq: row.seq, error: m });
       stopped.add(row.aggregateid);
       continue;
     }

@@ -122,6 +122,8 @@ async function run(sc: Scenario, unconfirmedEnd = UNCONFIRMED_END): Promise<{ wo
     KAFKA_BROKERS: 'k:9092',
     OUTBOX_BATCH_SIZE: String(sc.batchSize),
     OUTBOX_MAX_ATTEMPTS: String(sc.maxAttempts),
+    // the per-row override 'outbox.audit' (rowsArb) is inside it; the template's own start, outbox.event., is not
+    OUTBOX_TOPIC_PREFIX: 'outbox.',
     ...(sc.linger ? { OUTBOX_IDLE: 'linger', OUTBOX_WAKE: sc.linger.wake, OUTBOX_POLL_MS: String(sc.linger.pollMs) } : {}),
     ...(sc.backoffBaseMs ? { OUTBOX_BACKOFF_BASE_MS: String(sc.backoffBaseMs) } : {}),
   }).outbox;

@@ -3,6 +3,7 @@ import { describe, it } from 'node:test';
 import type { OutboxRow } from '../../src/domain.ts';
 import { encodedSize, toMessage, tooLarge } from '../../src/kafka/message.ts';
 import { planBatch, topicsToSend, type PlanContext } from '../../src/loop/plan.ts';
+import type { RowRules } from '../../src/loop/row-rules.ts';
 import { settle } from '../../src/loop/settlement.ts';
 import { MessageRejectedError } from '../../src/errors.ts';
 
@@ -13,7 +14,9 @@ function row(aggregateid: string, over: Partial<OutboxRow> = {}): OutboxRow {
 }
 /** the Kafka publisher's MessageFormat (ProducerPublisher's) */
 const format = { toMessage, tooLarge };
-const ctx = (over: Partial<PlanContext> = {}): PlanContext => ({ format, topicTemplate: 'e.{aggregatetype}', limits: new Map(), backedOff: new Set(), ...over });
+/** no rule in the way: '' as the prefix (config never allows it) lets every topic pass */
+const open: RowRules = { topicPrefix: '', reservedHeadersAllowed: [], maxHeaders: 32, maxHeaderBytes: 16_384 };
+const ctx = (over: Partial<PlanContext> = {}): PlanContext => ({ format, topicTemplate: 'e.{aggregatetype}', rules: open, limits: new Map(), backedOff: new Set(), ...over });
 const seqs = (xs: Array<{ seq: string }>) => xs.map((x) => x.seq);
 
 describe('planBatch', () => {
@@ -61,7 +64,26 @@ describe('planBatch', () => {
 
   it('topicsToSend lists the legal, not backed-off topics', () => {
     const rows = [row('a'), row('b', { topic: 'bad topic!' }), row('c', { topic: 'x' }), row('d', { topic: 'gone' }), row('e')];
-    assert.deepEqual(topicsToSend(rows, format, 'e.{aggregatetype}', new Set(['gone'])).sort(), ['e.order', 'x']);
+    assert.deepEqual(topicsToSend(rows, ctx({ backedOff: new Set(['gone']) })).sort(), ['e.order', 'x']);
+  });
+
+  it('G6: a row breaking a row rule (topic outside the prefix, a reserved header) is rejected as permanent, its aggregate\'s later rows wait, other aggregates go; its topic is never looked up', () => {
+    const rules: RowRules = { ...open, topicPrefix: 'e.' };
+    const rows = [row('a', { topic: 'payments.refunds' }), row('b'), row('a'), row('c', { headers: { __TypeId__: 'com.evil.Gadget' } }), row('d', { topic: 'e.other' })];
+    const plan = planBatch(rows, ctx({ rules }));
+    assert.deepEqual(seqs(plan.rejected), [rows[0]!.seq, rows[3]!.seq]);
+    assert.ok(plan.rejected.every((r) => r.error.permanent), 'parked at once');
+    assert.match(plan.rejected[0]!.error.message, /topic "payments\.refunds" breaks the topic-prefix rule: every topic must start with OUTBOX_TOPIC_PREFIX "e\."/);
+    assert.match(plan.rejected[1]!.error.message, /header "__TypeId__" breaks the reserved-header rule/);
+    assert.deepEqual(plan.waiting, [rows[2]!.seq]);
+    assert.deepEqual(seqs(plan.messages), [rows[1]!.seq, rows[4]!.seq]);
+    assert.deepEqual(topicsToSend(rows, ctx({ rules })).sort(), ['e.order', 'e.other'], 'no DescribeConfigs for a topic outside the prefix');
+  });
+
+  it('an illegal topic name is the broker\'s rule and is checked first: backed off, not parked at once, even outside the prefix', () => {
+    const plan = planBatch([row('a', { topic: 'bad topic!' })], ctx({ rules: { ...open, topicPrefix: 'e.' } }));
+    assert.match(plan.rejected[0]!.error.message, /not a legal Kafka topic name/);
+    assert.equal(plan.rejected[0]!.error.permanent, false);
   });
 });
 

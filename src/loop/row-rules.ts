@@ -1,0 +1,65 @@
+// What a row may choose (pure). Whoever can INSERT into the outbox picks a row's topic (the
+// `topic` column, or the columns the template fills in) and its extra headers, and the relay
+// publishes with its own Kafka principal: these rules keep a row to the topics the deployment
+// meant (OUTBOX_TOPIC_PREFIX, which a prefixed Kafka ACL or an IAM topic ARN pattern can match
+// too) and keep its headers from steering consumers (`__TypeId__` picks the class Spring's
+// JsonDeserializer builds) or growing without bound. A row that breaks one is parked at once with
+// the rule and its setting named (docs/security.md): the same row could never pass later.
+import { RELAY_HEADERS } from '../domain.ts';
+import { MessageRejectedError } from '../errors.ts';
+import type { OutboundMessage } from './ports.ts';
+
+export interface RowRules {
+  /** every topic must start with this (never empty: src/config.ts) */
+  topicPrefix: string;
+  /** header names starting with `__` a row may still set (OUTBOX_HEADERS_ALLOW_RESERVED) */
+  reservedHeadersAllowed: readonly string[];
+  /** most extra headers per row (OUTBOX_HEADERS_MAX_COUNT) */
+  maxHeaders: number;
+  /** most bytes of extra header names and values per row, UTF-8 (OUTBOX_HEADERS_MAX_BYTES) */
+  maxHeaderBytes: number;
+}
+
+/** Names starting with this are reserved: frameworks read them as instructions (Spring: __TypeId__, __KeyTypeId__, __ContentTypeId__). */
+export const RESERVED_HEADER_PREFIX = '__';
+
+export const DEFAULT_MAX_HEADERS = 32;
+/** room for W3C trace context with a full `baggage` (8,192 bytes by its spec) and a few more */
+export const DEFAULT_MAX_HEADER_BYTES = 16_384;
+
+/** The first rule `message` breaks, as the error its row is parked with; undefined when it keeps them all. */
+export function brokenRule(message: OutboundMessage, rules: RowRules): MessageRejectedError | undefined {
+  if (!message.topic.startsWith(rules.topicPrefix)) {
+    return park(
+      `topic ${JSON.stringify(message.topic)} breaks the topic-prefix rule: every topic must start with OUTBOX_TOPIC_PREFIX ${JSON.stringify(rules.topicPrefix)}. ` +
+        "Fix the row's topic (or aggregatetype); if the relay is meant to write that topic, widen OUTBOX_TOPIC_PREFIX, and the relay's Kafka ACL or IAM policy with it",
+    );
+  }
+  const extra = Object.entries(message.headers).filter(([name]) => !RELAY_HEADERS.includes(name));
+  const reserved = extra.find(([name]) => name.startsWith(RESERVED_HEADER_PREFIX) && !rules.reservedHeadersAllowed.includes(name));
+  if (reserved) {
+    return park(
+      `header ${JSON.stringify(reserved[0].slice(0, 100))} breaks the reserved-header rule: names starting with "${RESERVED_HEADER_PREFIX}" are instructions to consumers ` +
+        "(Spring's __TypeId__ picks the class a consumer deserializes into). Remove it from the row's headers, or list the name in OUTBOX_HEADERS_ALLOW_RESERVED",
+    );
+  }
+  if (extra.length > rules.maxHeaders) {
+    return park(
+      `the row's ${extra.length} headers break the header-count rule: at most OUTBOX_HEADERS_MAX_COUNT=${rules.maxHeaders} per row (id and type not counted). ` +
+        'Send fewer headers, or raise OUTBOX_HEADERS_MAX_COUNT',
+    );
+  }
+  const bytes = extra.reduce((sum, [name, value]) => sum + Buffer.byteLength(name) + Buffer.byteLength(value), 0);
+  if (bytes > rules.maxHeaderBytes) {
+    return park(
+      `the row's headers (${bytes} bytes of names and values) break the header-size rule: at most OUTBOX_HEADERS_MAX_BYTES=${rules.maxHeaderBytes} per row (id and type not counted). ` +
+        'Move the data into the payload, or raise OUTBOX_HEADERS_MAX_BYTES',
+    );
+  }
+  return undefined;
+}
+
+// permanent: the same row breaks the same rule on every attempt, so it is parked at once
+function park(message: string): MessageRejectedError {
+  return new MessageRejectedError(message, true);
+}
