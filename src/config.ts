@@ -5,6 +5,7 @@ import { PARKED_POLICIES, TOPIC_PLACEHOLDERS, parseTableName, unknownPlaceholder
 import { ConfigError } from './errors.ts';
 import type { Level } from './log.ts';
 import { TEST_HOOKS } from './test-hooks.ts';
+import { DATABASE_SSL_MODES, kafkaTlsDefault, urlHosts, type DatabaseSsl } from './transport.ts';
 
 export const KAFKA_CLIENTS = ['kafkajs', 'platformatic'] as const;
 export type KafkaClientName = (typeof KAFKA_CLIENTS)[number];
@@ -18,14 +19,15 @@ export interface Config {
     prepare: boolean;
     connectTimeoutMs: number;
     applicationName: string;
-    /** TLS to Postgres; undefined = as the URL says (sslmode=...) */
-    ssl?: 'disable' | 'require' | 'verify-full';
+    /** DATABASE_SSL; undefined = the URL's sslmode if it has one, else verify-full except to this machine (transport.ts, databaseTls) */
+    ssl?: DatabaseSsl;
   };
   kafka: {
     /** the client library that publishes (src/kafka/kafkajs.ts, src/kafka/platformatic.ts) */
     client: KafkaClientName;
     brokers: string[];
     secretId?: string;
+    /** KAFKA_SSL; unset: on when the relay logs in (SASL) to brokers off this machine (transport.ts, kafkaTlsDefault) */
     ssl: boolean;
     sslRejectUnauthorized: boolean;
     clientId: string;
@@ -111,11 +113,12 @@ class EnvReader {
     return def;
   }
 
-  oneOf<T extends string>(name: string, allowed: readonly T[], def: T): T {
+  /** `defaultText`: how the default is described when it is not one fixed value */
+  oneOf<T extends string>(name: string, allowed: readonly T[], def: T, defaultText: string = def): T {
     const raw = this.str(name)?.toLowerCase();
     if (raw === undefined) return def;
     if ((allowed as readonly string[]).includes(raw)) return raw as T;
-    this.problems.push(`${name}=${JSON.stringify(raw)} is not one of ${allowed.join(', ')} (default ${def})`);
+    this.problems.push(`${name}=${JSON.stringify(raw)} is not one of ${allowed.join(', ')} (default ${defaultText})`);
     return def;
   }
 }
@@ -144,6 +147,9 @@ function databaseConfig(read: EnvReader): Config['database'] {
   if (url && secretId) read.problems.push('set only one of DATABASE_URL and DATABASE_SECRET_ID, not both');
   if (url && !/^postgres(ql)?:\/\//.test(url)) {
     read.problems.push('DATABASE_URL must start with postgres:// or postgresql:// (e.g. postgres://user:pass@host:5432/db)');
+  } else if (url && urlHosts(url).length === 0) {
+    // postgres.js would fall back to PGHOST or localhost, and the TLS default could not tell which
+    read.problems.push('DATABASE_URL names no host: give one (e.g. postgres://user:pass@host:5432/db)');
   }
   return {
     url,
@@ -151,7 +157,7 @@ function databaseConfig(read: EnvReader): Config['database'] {
     prepare: read.bool('DATABASE_PREPARE', true),
     connectTimeoutMs: read.int('DATABASE_CONNECT_TIMEOUT_MS', 5_000, 100, 600_000),
     applicationName: read.str('OUTBOX_CLIENT_ID') ?? 'outbox-relay',
-    ssl: read.str('DATABASE_SSL') === undefined ? undefined : read.oneOf('DATABASE_SSL', ['disable', 'require', 'verify-full'] as const, 'require'),
+    ssl: read.str('DATABASE_SSL') === undefined ? undefined : read.oneOf('DATABASE_SSL', DATABASE_SSL_MODES, 'verify-full', 'verify-full, or disable when the host is this machine'),
   };
 }
 
@@ -163,12 +169,14 @@ function kafkaConfig(read: EnvReader): Config['kafka'] {
   for (const b of brokers) {
     if (!/^[A-Za-z0-9.\-_[\]:]+:\d{1,5}$/.test(b)) read.problems.push(`KAFKA_BROKERS entry ${JSON.stringify(b)} is not host:port`);
   }
+  const secretId = read.str('KAFKA_SECRET_ID');
   return {
     // kafkajs stays the default: it is the client users named; platformatic is the maintained one
     client: read.oneOf('OUTBOX_KAFKA_CLIENT', KAFKA_CLIENTS, 'kafkajs'),
     brokers,
-    secretId: read.str('KAFKA_SECRET_ID'),
-    ssl: read.bool('KAFKA_SSL', false),
+    secretId,
+    // SASL credentials never cross a network in the clear by default
+    ssl: read.bool('KAFKA_SSL', kafkaTlsDefault(secretId !== undefined, brokers)),
     sslRejectUnauthorized: read.bool('KAFKA_SSL_REJECT_UNAUTHORIZED', true),
     clientId: read.str('OUTBOX_CLIENT_ID') ?? 'outbox-relay',
     compression: read.oneOf('OUTBOX_COMPRESSION', ['none', 'gzip'] as const, 'none'),

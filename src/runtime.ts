@@ -4,7 +4,8 @@
 import postgres, { type Sql } from 'postgres';
 import { Deadline } from './budget.ts';
 import type { Config } from './config.ts';
-import { BrokerUnavailableError, DatabaseError, DeadlineExceededError } from './errors.ts';
+import type { KafkaCredentials } from './domain.ts';
+import { BrokerUnavailableError, ConfigError, DatabaseError, DeadlineExceededError } from './errors.ts';
 import { createPublisher } from './kafka/clients.ts';
 import type { Logger } from './log.ts';
 import type { Publisher } from './loop/ports.ts';
@@ -13,6 +14,7 @@ import { CLIENT_OPTIONS, endClient } from './outbox/client.ts';
 import { OutboxStore, isAuthError, type StoreOptions, isConnectionLost, wrapDbError } from './outbox/store.ts';
 import { runInvocation, type Summary } from './relay.ts';
 import { databaseUrlFromSecret, kafkaCredentialsFromSecret, SecretsManagerSource, type SecretSource } from './secrets.ts';
+import { databaseTls, databaseTlsWarning, kafkaTlsWarning, saslPlaintextProblem, saslWithoutTls, urlHosts, type DatabaseTls } from './transport.ts';
 
 export class Runtime {
   private sql: Sql | undefined;
@@ -29,6 +31,16 @@ export class Runtime {
   ) {
     this.secrets = secrets ?? new SecretsManagerSource();
     this.prepare = config.database.prepare;
+    this.warnOnce(kafkaTlsWarning(config.kafka));
+  }
+
+  /** the warnings about weak settings already logged: each once per container, at its start */
+  private readonly warned = new Set<string>();
+
+  private warnOnce(warning: string | undefined): void {
+    if (warning === undefined || this.warned.has(warning)) return;
+    this.warned.add(warning);
+    this.logger.warn(warning);
   }
 
   async databaseUrl(refresh = false, deadline?: Deadline): Promise<string> {
@@ -49,7 +61,10 @@ export class Runtime {
     if (this.sql && !refresh && !this.store?.poisoned && !this.connectionLost) return this.sql;
     await this.closeDatabase();
     const url = await this.databaseUrl(refresh, deadline);
-    let client = this.connect(url, this.config.database.prepare);
+    // the host is known only now when it comes from a secret
+    const tls = databaseTls(this.config.database.ssl, url, urlHosts(url));
+    this.warnOnce(databaseTlsWarning(tls));
+    let client = this.connect(url, this.config.database.prepare, tls);
     this.prepare = this.config.database.prepare;
     if (this.prepare) {
       const seen = await this.backendPids(client, deadline).catch(async (err: unknown) => {
@@ -70,7 +85,7 @@ export class Runtime {
         });
         await client.end({ timeout: 1 }).catch(() => undefined);
         this.prepare = false;
-        client = this.connect(url, false);
+        client = this.connect(url, false, tls);
       }
     }
     this.sql = client;
@@ -93,7 +108,7 @@ export class Runtime {
     return { client: rows.state.pid, server: rows[0]!.pid };
   }
 
-  private connect(url: string, prepare: boolean): Sql {
+  private connect(url: string, prepare: boolean, tls: DatabaseTls): Sql {
     const db = this.config.database;
     const client: Sql = postgres(url, {
       ...CLIENT_OPTIONS,
@@ -115,8 +130,8 @@ export class Runtime {
         this.store?.loseConnection();
       },
       connection: { application_name: db.applicationName },
-      // RDS-style JSON secrets carry no sslmode; RDS for Postgres 15+ requires TLS by default
-      ...(db.ssl ? { ssl: db.ssl === 'disable' ? false : db.ssl } : {}),
+      // undefined: the URL's own sslmode (transport.ts, databaseTls)
+      ...(tls.ssl === undefined ? {} : { ssl: tls.ssl }),
       onnotice: () => undefined,
     });
     return client;
@@ -140,9 +155,18 @@ export class Runtime {
       kafka,
       maxMessageBytes: this.config.outbox.maxMessageBytes,
       logger: this.logger,
-      credentials: kafka.secretId ? async (refresh) => kafkaCredentialsFromSecret(kafka.secretId!, await this.secrets.get(kafka.secretId!, refresh)) : undefined,
+      credentials: kafka.secretId ? (refresh) => this.kafkaCredentials(refresh) : undefined,
     });
     return this.publisherInstance;
+  }
+
+  /** The Kafka secret's credentials, refused when their mechanism would send the password in the clear (transport.ts). */
+  private async kafkaCredentials(refresh: boolean, deadline?: Deadline): Promise<KafkaCredentials> {
+    const kafka = this.config.kafka;
+    const credentials = kafkaCredentialsFromSecret(kafka.secretId!, await this.secrets.get(kafka.secretId!, refresh, deadline));
+    const problem = saslPlaintextProblem(kafka, credentials.mechanism, kafka.secretId!);
+    if (problem) throw new ConfigError([problem]);
+    return credentials;
   }
 
   /**
@@ -158,6 +182,10 @@ export class Runtime {
   /** One invocation: the loop of docs/DESIGN.md ("The invocation loop"), deadline = now + remaining - safety margin. */
   async invoke(remainingMs: number, logger: Logger = this.logger): Promise<Summary> {
     const deadline = Deadline.fromRemaining(remainingMs, this.config.outbox.safetyMarginMs);
+    // SASL without TLS to brokers off this machine: whether that is allowed depends on the
+    // secret's mechanism, so read it (once per container; the producer reuses it) before anything
+    // is claimed, and fail as a configuration error rather than as an unavailable broker
+    if (saslWithoutTls(this.config.kafka)) await this.kafkaCredentials(false, deadline);
     const deps = (store: OutboxStore) => ({
       store,
       publisher: this.publisher(),

@@ -183,7 +183,7 @@ describe('loadConfig: every variable, its default and its bounds', () => {
   });
 
   it('G8: one-of settings name the allowed values and the default', () => {
-    assert.deepEqual(problems({ ...base, DATABASE_SSL: 'prefer' }), ['DATABASE_SSL="prefer" is not one of disable, require, verify-full (default require)']);
+    assert.deepEqual(problems({ ...base, DATABASE_SSL: 'prefer' }), ['DATABASE_SSL="prefer" is not one of disable, require, verify-full (default verify-full, or disable when the host is this machine)']);
     assert.deepEqual(problems({ ...base, OUTBOX_COMPRESSION: 'zstd' }), ['OUTBOX_COMPRESSION="zstd" is not one of none, gzip (default none)']);
     assert.deepEqual(problems({ ...base, OUTBOX_KAFKA_CLIENT: 'librdkafka' }), ['OUTBOX_KAFKA_CLIENT="librdkafka" is not one of kafkajs, platformatic (default kafkajs)']);
   });
