@@ -1,7 +1,7 @@
 // Container-scoped state: configuration, the postgres.js client and the Kafka producer are
 // created once and reused by warm invocations, and re-created only when broken (a statement
 // abandoned at the deadline, refused credentials after a rotation).
-import postgres, { type Sql } from 'postgres';
+import type { Sql } from 'postgres';
 import { Deadline } from './budget.ts';
 import type { Config } from './config.ts';
 import type { KafkaCredentials } from './domain.ts';
@@ -10,10 +10,10 @@ import { createPublisher } from './kafka/clients.ts';
 import type { Logger } from './log.ts';
 import type { Publisher } from './loop/ports.ts';
 import { backlog, type Backlog } from './outbox/admin.ts';
-import { CLIENT_OPTIONS, endClient } from './outbox/client.ts';
+import { CLIENT_OPTIONS, clientFor, endClient, type DatabaseTarget } from './outbox/client.ts';
 import { OutboxStore, isAuthError, type StoreOptions, isConnectionLost, wrapDbError } from './outbox/store.ts';
 import { runInvocation, type Summary } from './relay.ts';
-import { databaseUrlFromSecret, kafkaCredentialsFromSecret, SecretsManagerSource, type SecretSource } from './secrets.ts';
+import { databaseTargetFromSecret, kafkaCredentialsFromSecret, SecretsManagerSource, type SecretSource } from './secrets.ts';
 import { databaseTls, databaseTlsWarning, kafkaTlsWarning, saslPlaintextProblem, saslWithoutTls, urlHosts, type DatabaseTls } from './transport.ts';
 
 export class Runtime {
@@ -43,11 +43,12 @@ export class Runtime {
     this.logger.warn(warning);
   }
 
-  async databaseUrl(refresh = false, deadline?: Deadline): Promise<string> {
+  /** Where the database is: DATABASE_URL, or the secret's URL or fields. */
+  async databaseTarget(refresh = false, deadline?: Deadline): Promise<DatabaseTarget> {
     const db = this.config.database;
-    if (db.url) return db.url;
+    if (db.url) return { url: db.url };
     const raw = await this.secrets.get(db.secretId!, refresh, deadline);
-    return databaseUrlFromSecret(db.secretId!, raw);
+    return databaseTargetFromSecret(db.secretId!, raw);
   }
 
   /**
@@ -60,11 +61,11 @@ export class Runtime {
   async database(refresh = false, deadline?: Deadline): Promise<Sql> {
     if (this.sql && !refresh && !this.store?.poisoned && !this.connectionLost) return this.sql;
     await this.closeDatabase();
-    const url = await this.databaseUrl(refresh, deadline);
+    const target = await this.databaseTarget(refresh, deadline);
     // the host is known only now when it comes from a secret
-    const tls = databaseTls(this.config.database.ssl, url, urlHosts(url));
+    const tls = 'url' in target ? databaseTls(this.config.database.ssl, target.url, urlHosts(target.url)) : databaseTls(this.config.database.ssl, undefined, [target.host]);
     this.warnOnce(databaseTlsWarning(tls));
-    let client = this.connect(url, this.config.database.prepare, tls);
+    let client = this.connect(target, this.config.database.prepare, tls);
     this.prepare = this.config.database.prepare;
     if (this.prepare) {
       const seen = await this.backendPids(client, deadline).catch(async (err: unknown) => {
@@ -85,7 +86,7 @@ export class Runtime {
         });
         await client.end({ timeout: 1 }).catch(() => undefined);
         this.prepare = false;
-        client = this.connect(url, false, tls);
+        client = this.connect(target, false, tls);
       }
     }
     this.sql = client;
@@ -108,9 +109,9 @@ export class Runtime {
     return { client: rows.state.pid, server: rows[0]!.pid };
   }
 
-  private connect(url: string, prepare: boolean, tls: DatabaseTls): Sql {
+  private connect(target: DatabaseTarget, prepare: boolean, tls: DatabaseTls): Sql {
     const db = this.config.database;
-    const client: Sql = postgres(url, {
+    const client: Sql = clientFor(target, {
       ...CLIENT_OPTIONS,
       // two batch transactions overlap (claim next while publishing current) + one for prune/status
       max: 3,
