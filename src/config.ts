@@ -3,7 +3,7 @@
 import { BUDGET } from './budget.ts';
 import { PARKED_POLICIES, TOPIC_PLACEHOLDERS, parseTableName, unknownPlaceholders, type ParkedPolicy, type TableName } from './domain.ts';
 import { ConfigError } from './errors.ts';
-import type { Level } from './log.ts';
+import { LOG_LEVELS, type LogLevel } from './log.ts';
 import { TEST_HOOKS } from './test-hooks.ts';
 import { DATABASE_SSL_MODES, kafkaTlsDefault, urlHosts, type DatabaseSsl } from './transport.ts';
 
@@ -59,7 +59,8 @@ export interface Config {
     /** the probe's period when wake = poll */
     pollMs: number;
   };
-  logLevel: Level;
+  /** OUTBOX_LOG_LEVEL, else POWERTOOLS_LOG_LEVEL, else LOG_LEVEL, else info */
+  logLevel: LogLevel;
   /** Powertools logger and metrics (src/log.ts, src/metrics.ts) */
   telemetry: {
     /** the `service` of every log line and metric dimension (POWERTOOLS_SERVICE_NAME) */
@@ -130,7 +131,7 @@ export function loadConfig(env: Env = process.env): Config {
     database,
     kafka: kafkaConfig(read),
     outbox: outboxConfig(read, database.prepare),
-    logLevel: read.oneOf('OUTBOX_LOG_LEVEL', ['debug', 'info', 'warn', 'error'] as const, 'info'),
+    logLevel: logLevel(read),
     telemetry: telemetryConfig(read),
     testPauseAfterPublishMs: TEST_HOOKS ? read.int('OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS', 0, 0, 3_600_000) : 0,
   };
@@ -224,6 +225,19 @@ function outboxConfig(read: EnvReader, prepare: boolean): Config['outbox'] {
     wakeDefaulted: read.str('OUTBOX_WAKE') === undefined,
     pollMs: read.int('OUTBOX_POLL_MS', 250, 10, 60_000),
   };
+}
+
+/**
+ * The first of OUTBOX_LOG_LEVEL, POWERTOOLS_LOG_LEVEL and LOG_LEVEL that is set. Powertools reads
+ * the last two itself only when its logger is given no level, and the relay always gives one: so
+ * the relay reads them, in Powertools' order, after its own. (Lambda's AWS_LAMBDA_LOG_LEVEL still
+ * overrides all three: Powertools applies it.)
+ */
+function logLevel(read: EnvReader): LogLevel {
+  for (const name of ['OUTBOX_LOG_LEVEL', 'POWERTOOLS_LOG_LEVEL', 'LOG_LEVEL']) {
+    if (read.str(name) !== undefined) return read.oneOf(name, LOG_LEVELS, 'info');
+  }
+  return 'info';
 }
 
 function telemetryConfig(read: EnvReader): Config['telemetry'] {
