@@ -24,7 +24,7 @@ status=0
 echo '# model-based test of the claim and mark SQL on Postgres'
 run_tests 'test/model/**/*.test.ts' || status=$?
 
-client_independent='/(claim-plan|transactions|services\.smoke|services\.status|kafka-proxy|package|partitions|lambda-runtime|pooler)\.test\.ts$'
+client_independent='/(claim-plan|search-path|transactions|services\.smoke|services\.status|kafka-proxy|package|partitions|lambda-runtime|pooler)\.test\.ts$'
 echo "# integration tests, OUTBOX_KAFKA_CLIENT=kafkajs (every file)"
 TEST_KAFKA_CLIENT=kafkajs run_tests --test-concurrency=1 --test-timeout=600000 'test/integration/**/*.test.ts' || status=$?
 # the second client runs even when the first failed: a failure is then known to be one client's or both's

@@ -5,7 +5,7 @@ import { PARKED_POLICIES, TOPIC_PLACEHOLDERS, parseTableName, unknownPlaceholder
 import { ConfigError } from './errors.ts';
 import { LOG_LEVELS, type LogLevel } from './log.ts';
 import { TEST_HOOKS } from './test-hooks.ts';
-import { DATABASE_SSL_MODES, kafkaTlsDefault, urlHosts, type DatabaseSsl } from './transport.ts';
+import { DATABASE_SSL_MODES, databaseTls, iamTlsProblem, kafkaTlsDefault, urlHosts, urlLogin, type DatabaseSsl } from './transport.ts';
 
 export const KAFKA_CLIENTS = ['kafkajs', 'platformatic'] as const;
 export type KafkaClientName = (typeof KAFKA_CLIENTS)[number];
@@ -15,6 +15,8 @@ export interface Config {
     /** either a URL given directly or a Secrets Manager secret id to resolve it from */
     url?: string;
     secretId?: string;
+    /** password: the URL's or the secret's; iam: an RDS IAM auth token per connection (src/rds-iam.ts) */
+    auth: 'password' | 'iam';
     /** false for RDS Proxy / PgBouncer in transaction mode */
     prepare: boolean;
     connectTimeoutMs: number;
@@ -152,14 +154,33 @@ function databaseConfig(read: EnvReader): Config['database'] {
     // postgres.js would fall back to PGHOST or localhost, and the TLS default could not tell which
     read.problems.push('DATABASE_URL names no host: give one (e.g. postgres://user:pass@host:5432/db)');
   }
+  const auth = read.oneOf('DATABASE_AUTH', ['password', 'iam'] as const, 'password');
+  const ssl = read.str('DATABASE_SSL') === undefined ? undefined : read.oneOf('DATABASE_SSL', DATABASE_SSL_MODES, 'verify-full', 'verify-full, or disable when the host is this machine');
+  // with a secret, the host is known only once it is read: the Runtime applies the same rule then
+  if (auth === 'iam' && url && urlHosts(url).length > 0) iamUrlProblems(read, url, ssl);
   return {
     url,
     secretId,
+    auth,
     prepare: read.bool('DATABASE_PREPARE', true),
     connectTimeoutMs: read.int('DATABASE_CONNECT_TIMEOUT_MS', 5_000, 100, 600_000),
     applicationName: read.str('OUTBOX_CLIENT_ID') ?? 'outbox-relay',
-    ssl: read.str('DATABASE_SSL') === undefined ? undefined : read.oneOf('DATABASE_SSL', DATABASE_SSL_MODES, 'verify-full', 'verify-full, or disable when the host is this machine'),
+    ssl,
   };
+}
+
+/** DATABASE_AUTH=iam with DATABASE_URL: one host, a user, no password, TLS unless the host is this machine. */
+function iamUrlProblems(read: EnvReader, url: string, ssl: DatabaseSsl | undefined): void {
+  const hosts = urlHosts(url);
+  if (hosts.length > 1) {
+    read.problems.push('DATABASE_AUTH=iam signs a token for one host, and DATABASE_URL names several: name the one endpoint (an instance, cluster or RDS Proxy endpoint)');
+    return;
+  }
+  const login = urlLogin(url);
+  if (!login.user) read.problems.push('DATABASE_AUTH=iam needs the database user in DATABASE_URL, as the token is signed for it: postgres://user@host:5432/db');
+  if (new URL(url).password) read.problems.push('DATABASE_URL has a password, but DATABASE_AUTH=iam logs in with a token: remove the password (postgres://user@host:5432/db)');
+  const tls = iamTlsProblem(databaseTls(ssl, url, hosts), hosts);
+  if (tls) read.problems.push(tls);
 }
 
 function kafkaConfig(read: EnvReader): Config['kafka'] {

@@ -14,7 +14,8 @@ import { CLIENT_OPTIONS, clientFor, endClient, type DatabaseTarget } from './out
 import { OutboxStore, isAuthError, type StoreOptions, isConnectionLost, wrapDbError } from './outbox/store.ts';
 import { runInvocation, type Summary } from './relay.ts';
 import { databaseTargetFromSecret, kafkaCredentialsFromSecret, SecretsManagerSource, type SecretSource } from './secrets.ts';
-import { databaseTls, databaseTlsWarning, kafkaTlsWarning, saslPlaintextProblem, saslWithoutTls, urlHosts, type DatabaseTls } from './transport.ts';
+import type { RdsAuthTokens } from './rds-iam.ts';
+import { databaseTls, databaseTlsWarning, iamTlsProblem, kafkaTlsWarning, saslPlaintextProblem, saslWithoutTls, urlHosts, urlLogin, type DatabaseTls } from './transport.ts';
 
 export class Runtime {
   private sql: Sql | undefined;
@@ -48,7 +49,35 @@ export class Runtime {
     const db = this.config.database;
     if (db.url) return { url: db.url };
     const raw = await this.secrets.get(db.secretId!, refresh, deadline);
-    return databaseTargetFromSecret(db.secretId!, raw);
+    return databaseTargetFromSecret(db.secretId!, raw, db.auth);
+  }
+
+  /** DATABASE_AUTH=iam: the auth tokens of the database client's login; undefined with passwords. */
+  private iam: RdsAuthTokens | undefined;
+
+  /**
+   * The tokens for the target's login, after the checks config.ts makes of a DATABASE_URL (a
+   * secret's target is known only now): one host, a user, TLS unless on this machine. One token is
+   * signed at once, so that missing credentials or region fail here, saying what to check, before
+   * any connection. The signer is loaded only for DATABASE_AUTH=iam.
+   */
+  private async iamTokens(target: DatabaseTarget, tls: DatabaseTls, hosts: string[]): Promise<RdsAuthTokens> {
+    const source = this.config.database.url ? 'DATABASE_URL' : `the secret ${JSON.stringify(this.config.database.secretId)}`;
+    if (hosts.length !== 1) throw new ConfigError([`DATABASE_AUTH=iam signs a token for one host, and ${source} names ${hosts.length === 0 ? 'none' : 'several'}: name the one endpoint`]);
+    const login = 'url' in target ? urlLogin(target.url) : { host: target.host, port: target.port, user: target.user };
+    if (!login.user) throw new ConfigError([`DATABASE_AUTH=iam needs the database user, as the token is signed for it, and ${source} names none`]);
+    const problem = iamTlsProblem(tls, hosts);
+    if (problem) throw new ConfigError([problem]);
+    const { RdsAuthTokens } = await import('./rds-iam.ts');
+    const tokens = new RdsAuthTokens(login);
+    await tokens.sign();
+    return tokens;
+  }
+
+  /** A login the database refused under DATABASE_AUTH=iam, said as such (what to check); any other error as it is. */
+  private explained(err: Error): Error {
+    if (this.iam && err instanceof DatabaseError && isAuthError(err.cause)) return this.iam.refused(err.cause);
+    return err;
   }
 
   /**
@@ -63,8 +92,10 @@ export class Runtime {
     await this.closeDatabase();
     const target = await this.databaseTarget(refresh, deadline);
     // the host is known only now when it comes from a secret
-    const tls = 'url' in target ? databaseTls(this.config.database.ssl, target.url, urlHosts(target.url)) : databaseTls(this.config.database.ssl, undefined, [target.host]);
+    const hosts = 'url' in target ? urlHosts(target.url) : [target.host];
+    const tls = databaseTls(this.config.database.ssl, 'url' in target ? target.url : undefined, hosts);
     this.warnOnce(databaseTlsWarning(tls));
+    this.iam = this.config.database.auth === 'iam' ? await this.iamTokens(target, tls, hosts) : undefined;
     let client = this.connect(target, this.config.database.prepare, tls);
     this.prepare = this.config.database.prepare;
     if (this.prepare) {
@@ -73,7 +104,7 @@ export class Runtime {
         if (err instanceof DeadlineExceededError) {
           throw new DatabaseError(`the database did not answer in time: ${err.message}; check the database and the network path to it (a pooler or proxy in between?)`, { cause: err });
         }
-        throw wrapDbError(err, 'connecting to the database');
+        throw this.explained(wrapDbError(err, 'connecting to the database'));
       });
       if (seen.client !== seen.server) {
         // A transaction pooler (PgBouncer < 1.21, RDS Proxy) hands each transaction whichever server
@@ -133,6 +164,8 @@ export class Runtime {
       connection: { application_name: db.applicationName },
       // undefined: the URL's own sslmode (transport.ts, databaseTls)
       ...(tls.ssl === undefined ? {} : { ssl: tls.ssl }),
+      // DATABASE_AUTH=iam: a token signed for each connection when the server asks for it
+      ...(this.iam ? { password: this.iam.password } : {}),
       onnotice: () => undefined,
     });
     return client;
@@ -203,6 +236,8 @@ export class Runtime {
         summary = await runInvocation(deps(await this.outboxStore(refresh, deadline)), deadline);
       } catch (err) {
         if (!(err instanceof DatabaseError)) throw err;
+        // every connection signs a token of its own: reading the secret again would change nothing
+        if (this.iam && isAuthError(err.cause)) throw this.explained(err);
         if (!refreshed && isAuthError(err.cause) && this.config.database.secretId) {
           // credentials rotated under us: read the secret again once and retry with the same deadline
           logger.warn('database refused the credentials; refreshing the database secret once', { secretId: this.config.database.secretId });

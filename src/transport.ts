@@ -58,6 +58,13 @@ export function urlHosts(url: string): string[] {
   });
 }
 
+/** The one host, port and user of a postgres:// URL (what DATABASE_AUTH=iam signs a token for). */
+export function urlLogin(url: string): { host: string; port: number; user: string } {
+  const u = new URL(url);
+  const host = u.hostname.startsWith('[') ? u.hostname.slice(1, -1) : u.hostname;
+  return { host: decodeURIComponent(host), port: u.port ? Number(u.port) : 5432, user: decodeURIComponent(u.username) };
+}
+
 /** TLS to Postgres as it will be: what postgres.js is given, and what that means. */
 export interface DatabaseTls {
   /** postgres.js' `ssl`; undefined: not given, the URL's own sslmode decides */
@@ -106,6 +113,17 @@ export function databaseTlsWarning(tls: DatabaseTls): string | undefined {
     return `${setting} checks no certificate and falls back to no encryption when the server offers none: ${fix}`;
   }
   return undefined;
+}
+
+/**
+ * DATABASE_AUTH=iam sends a token that logs anyone in as the user for 15 minutes: only over TLS
+ * (require or verify-full), except to this machine (a local proxy or tunnel, the tests' proxy).
+ */
+export function iamTlsProblem(tls: DatabaseTls, hosts: readonly string[]): string | undefined {
+  if (allLoopback(hosts) || tls.mode === 'require' || tls.mode === 'verify-full') return undefined;
+  const setting = tls.source === 'DATABASE_SSL' ? `DATABASE_SSL=${tls.mode}` : `the database URL's sslmode=${tls.mode}`;
+  const fix = tls.source === 'the URL' ? 'remove sslmode from the URL (the default is verify-full) or set DATABASE_SSL=verify-full' : 'unset DATABASE_SSL (the default is verify-full) or set it to verify-full';
+  return `DATABASE_AUTH=iam needs TLS to a database off this machine (the auth token logs anyone in as its user for 15 minutes), and ${setting} may send it unencrypted to ${hosts.join(',')}: ${fix}`;
 }
 
 /**

@@ -37,7 +37,7 @@ export const CLIENT_OPTIONS: Pick<Options<Record<string, never>>, 'fetch_types' 
  * postgres.js parses; or the fields of an RDS-style JSON secret, which are never pasted into a URL
  * (a host holding `/`, `?`, `#` or `@` would add connection parameters of its own).
  */
-export type DatabaseTarget = { url: string } | { host: string; port: number; user: string; password: string; database: string };
+export type DatabaseTarget = { url: string } | { host: string; port: number; user: string; password: string | undefined; database: string };
 
 /**
  * A client of the target with these options. The fields go in as options, host and port as
@@ -48,7 +48,8 @@ export function clientFor(target: DatabaseTarget, options: Options<Record<string
   if ('url' in target) return postgres(target.url, options);
   // typed as one host and port, accepted as lists (postgres.js 3.4.9: parseOptions, Array.isArray)
   const where = { host: [target.host] as unknown as string, port: [target.port] as unknown as number };
-  return postgres({ ...options, ...where, user: target.user, password: target.password, database: target.database });
+  // a password in the options (a token function, DATABASE_AUTH=iam) goes before the target's
+  return postgres({ ...options, ...where, user: target.user, password: options.password ?? target.password, database: target.database });
 }
 
 const opened = new WeakMap<Sql, Promise<unknown>>();

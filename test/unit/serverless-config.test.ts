@@ -284,6 +284,40 @@ function expectedAlarms(stage: string): Record<string, AlarmSpec> {
   };
 }
 
+describe('serverless.yml: RDS IAM authentication', () => {
+  /** the resource's own `Condition`, evaluated; true when it has none */
+  const exists = (t: Resolved, id: string): boolean => {
+    const c = (t.resources.Resources[id] as { Condition?: string } | undefined)?.Condition;
+    return c === undefined ? id in t.resources.Resources : condition(t, c);
+  };
+  /** Fn::Join of strings and pseudo-parameter Refs, as CloudFormation would give it in us-east-1 of account 123456789012 */
+  const joined = (v: Json): string => {
+    const [sep, parts] = (v as { 'Fn::Join': [string, Json[]] })['Fn::Join'];
+    const pseudo: Record<string, string> = { 'AWS::Partition': 'aws', 'AWS::Region': 'us-east-1', 'AWS::AccountId': '123456789012' };
+    return parts.map((p) => (typeof p === 'string' ? p : pseudo[(p as { Ref: string }).Ref]!)).join(sep);
+  };
+
+  it('password by default: DATABASE_AUTH=password and no rds-db permission at all', () => {
+    const t = deployed();
+    assert.equal(t.provider.environment.DATABASE_AUTH, 'password');
+    assert.equal(exists(t, 'RelayDatabaseIamPolicy'), false);
+    assert.doesNotMatch(JSON.stringify(t.resources.Resources.RelaySecretsPolicy), /rds-db/);
+  });
+
+  it('databaseAuth=iam: DATABASE_AUTH=iam, and rds-db:connect on exactly dbuser:<resource id>/<user>, on the function\'s role', () => {
+    const t = deployed({ databaseAuth: 'iam', databaseIamResourceId: 'db-ABCDEFGHIJKLMNOPQRSTUVWXY', databaseIamUser: 'relay' });
+    assert.equal(t.provider.environment.DATABASE_AUTH, 'iam');
+    assert.equal(exists(t, 'RelayDatabaseIamPolicy'), true);
+    const policy = resourcesOfType(t, 'AWS::IAM::Policy').RelayDatabaseIamPolicy!;
+    assert.deepEqual(policy.Roles, [{ Ref: 'IamRoleLambdaExecution' }]);
+    const statements = (policy.PolicyDocument as Obj).Statement as Obj[];
+    assert.equal(statements.length, 1);
+    assert.equal(statements[0]!.Effect, 'Allow');
+    assert.equal(statements[0]!.Action, 'rds-db:connect');
+    assert.equal(joined(statements[0]!.Resource!), 'arn:aws:rds-db:us-east-1:123456789012:dbuser:db-ABCDEFGHIJKLMNOPQRSTUVWXY/relay');
+  });
+});
+
 describe('serverless.yml: alarms', () => {
   it('five alarms, each on its metric, namespace and dimensions, with its threshold, N of N one-minute periods and missing-data rule', () => {
     const t = deployed();

@@ -16,6 +16,7 @@ import {
   brokerHost,
   databaseTls,
   databaseTlsWarning,
+  iamTlsProblem,
   isLoopbackHost,
   kafkaTlsDefault,
   kafkaTlsWarning,
@@ -81,6 +82,49 @@ describe('transport: TLS to Postgres', () => {
     assert.throws(() => loadConfig({ ...remote, DATABASE_SSL: 'prefer' }), /DATABASE_SSL="prefer" is not one of disable, require, verify-full \(default verify-full, or disable when the host is this machine\)/);
     assert.throws(() => loadConfig({ ...remote, DATABASE_URL: 'postgres:///db' }), /DATABASE_URL names no host/);
     assert.equal(loadConfig(remote).database.ssl, undefined, 'unset: decided per host when the host is known (a secret names it)');
+  });
+});
+
+describe('transport: DATABASE_AUTH=iam needs TLS off this machine', () => {
+  const iam = { ...remote, DATABASE_AUTH: 'iam', DATABASE_URL: 'postgres://relay@db.example.com:5432/app' };
+  const problemsOf = (env: Record<string, string>): string[] => {
+    try {
+      loadConfig(env);
+      return [];
+    } catch (err) {
+      assert.ok(err instanceof ConfigError);
+      return err.problems;
+    }
+  };
+
+  it('the rule: verify-full or require, unless every host is this machine', () => {
+    assert.equal(iamTlsProblem(databaseTls(undefined, undefined, ['db.example.com']), ['db.example.com']), undefined);
+    assert.equal(iamTlsProblem(databaseTls('require', undefined, ['db.example.com']), ['db.example.com']), undefined);
+    assert.equal(iamTlsProblem(databaseTls(undefined, undefined, ['127.0.0.1']), ['127.0.0.1']), undefined, 'a local proxy or tunnel: plaintext stays on the machine');
+    assert.match(iamTlsProblem(databaseTls('disable', undefined, ['db.example.com']), ['db.example.com']) ?? '', /^DATABASE_AUTH=iam needs TLS to a database off this machine .* DATABASE_SSL=disable may send it unencrypted to db\.example\.com: unset DATABASE_SSL/);
+    assert.match(iamTlsProblem(databaseTls(undefined, 'postgres://h/d?sslmode=prefer', ['h']), ['h']) ?? '', /the database URL's sslmode=prefer .*remove sslmode from the URL/);
+  });
+
+  it('config, with DATABASE_URL: refused at once without TLS, with a password, without a user, with several hosts; TLS by default is enough', () => {
+    assert.equal(loadConfig(iam).database.auth, 'iam');
+    assert.equal(loadConfig(remote).database.auth, 'password', 'the default');
+    assert.deepEqual(problemsOf({ ...iam, DATABASE_URL: 'postgres://relay@127.0.0.1:6543/app' }), [], 'loopback: no TLS needed');
+    assert.match(problemsOf({ ...iam, DATABASE_SSL: 'disable' }).join(), /^DATABASE_AUTH=iam needs TLS/);
+    assert.match(problemsOf({ ...iam, DATABASE_URL: 'postgres://relay@db.example.com/app?sslmode=allow' }).join(), /sslmode=allow may send it unencrypted/);
+    assert.deepEqual(problemsOf({ ...iam, DATABASE_URL: 'postgres://relay:pw@db.example.com/app' }), ['DATABASE_URL has a password, but DATABASE_AUTH=iam logs in with a token: remove the password (postgres://user@host:5432/db)']);
+    assert.deepEqual(problemsOf({ ...iam, DATABASE_URL: 'postgres://db.example.com/app' }), ['DATABASE_AUTH=iam needs the database user in DATABASE_URL, as the token is signed for it: postgres://user@host:5432/db']);
+    assert.match(problemsOf({ ...iam, DATABASE_URL: 'postgres://relay@h1:5432,h2:5432/app' }).join(), /signs a token for one host, and DATABASE_URL names several/);
+    assert.match(problemsOf({ ...iam, DATABASE_AUTH: 'token' }).join(), /DATABASE_AUTH="token" is not one of password, iam \(default password\)/);
+  });
+
+  it("with a secret: its password is not needed; the TLS rule is applied once its host is known, before any connection", async () => {
+    const secrets = new MapSecrets({ db: JSON.stringify({ username: 'relay', host: '0.0.0.0', port: 1, dbname: 'app' }) });
+    const rt = new Runtime(loadConfig({ ...remote, DATABASE_URL: '', DATABASE_SECRET_ID: 'db', DATABASE_AUTH: 'iam', DATABASE_SSL: 'disable' }), capture().logger, secrets);
+    try {
+      await assert.rejects(rt.database(), (err: unknown) => err instanceof ConfigError && /DATABASE_AUTH=iam needs TLS .* DATABASE_SSL=disable may send it unencrypted to 0\.0\.0\.0/.test(err.message));
+    } finally {
+      await rt.close();
+    }
   });
 });
 
