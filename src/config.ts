@@ -3,9 +3,10 @@
 import { BUDGET } from './budget.ts';
 import { LEGAL_TOPIC, PARKED_POLICIES, TOPIC_PLACEHOLDERS, parseTableName, templateHead, unknownPlaceholders, type ParkedPolicy, type TableName } from './domain.ts';
 import { ConfigError } from './errors.ts';
-import type { Level } from './log.ts';
+import { LOG_LEVELS, type LogLevel } from './log.ts';
 import { DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS, RESERVED_HEADER_PREFIX, type RowRules } from './loop/row-rules.ts';
 import { TEST_HOOKS } from './test-hooks.ts';
+import { DATABASE_SSL_MODES, databaseTls, iamTlsProblem, kafkaTlsDefault, urlHosts, urlLogin, type DatabaseSsl } from './transport.ts';
 
 export const KAFKA_CLIENTS = ['kafkajs', 'platformatic'] as const;
 export type KafkaClientName = (typeof KAFKA_CLIENTS)[number];
@@ -15,18 +16,21 @@ export interface Config {
     /** either a URL given directly or a Secrets Manager secret id to resolve it from */
     url?: string;
     secretId?: string;
+    /** password: the URL's or the secret's; iam: an RDS IAM auth token per connection (src/rds-iam.ts) */
+    auth: 'password' | 'iam';
     /** false for RDS Proxy / PgBouncer in transaction mode */
     prepare: boolean;
     connectTimeoutMs: number;
     applicationName: string;
-    /** TLS to Postgres; undefined = as the URL says (sslmode=...) */
-    ssl?: 'disable' | 'require' | 'verify-full';
+    /** DATABASE_SSL; undefined = the URL's sslmode if it has one, else verify-full except to this machine (transport.ts, databaseTls) */
+    ssl?: DatabaseSsl;
   };
   kafka: {
     /** the client library that publishes (src/kafka/kafkajs.ts, src/kafka/platformatic.ts) */
     client: KafkaClientName;
     brokers: string[];
     secretId?: string;
+    /** KAFKA_SSL; unset: on when the relay logs in (SASL) to brokers off this machine (transport.ts, kafkaTlsDefault) */
     ssl: boolean;
     sslRejectUnauthorized: boolean;
     clientId: string;
@@ -62,7 +66,8 @@ export interface Config {
     /** the probe's period when wake = poll */
     pollMs: number;
   };
-  logLevel: Level;
+  /** OUTBOX_LOG_LEVEL, else POWERTOOLS_LOG_LEVEL, else LOG_LEVEL, else info */
+  logLevel: LogLevel;
   /** Powertools logger and metrics (src/log.ts, src/metrics.ts) */
   telemetry: {
     /** the `service` of every log line and metric dimension (POWERTOOLS_SERVICE_NAME) */
@@ -116,11 +121,12 @@ class EnvReader {
     return def;
   }
 
-  oneOf<T extends string>(name: string, allowed: readonly T[], def: T): T {
+  /** `defaultText`: how the default is described when it is not one fixed value */
+  oneOf<T extends string>(name: string, allowed: readonly T[], def: T, defaultText: string = def): T {
     const raw = this.str(name)?.toLowerCase();
     if (raw === undefined) return def;
     if ((allowed as readonly string[]).includes(raw)) return raw as T;
-    this.problems.push(`${name}=${JSON.stringify(raw)} is not one of ${allowed.join(', ')} (default ${def})`);
+    this.problems.push(`${name}=${JSON.stringify(raw)} is not one of ${allowed.join(', ')} (default ${defaultText})`);
     return def;
   }
 }
@@ -132,7 +138,7 @@ export function loadConfig(env: Env = process.env): Config {
     database,
     kafka: kafkaConfig(read),
     outbox: outboxConfig(read, database.prepare),
-    logLevel: read.oneOf('OUTBOX_LOG_LEVEL', ['debug', 'info', 'warn', 'error'] as const, 'info'),
+    logLevel: logLevel(read),
     telemetry: telemetryConfig(read),
     testPauseAfterPublishMs: TEST_HOOKS ? read.int('OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS', 0, 0, 3_600_000) : 0,
   };
@@ -149,15 +155,37 @@ function databaseConfig(read: EnvReader): Config['database'] {
   if (url && secretId) read.problems.push('set only one of DATABASE_URL and DATABASE_SECRET_ID, not both');
   if (url && !/^postgres(ql)?:\/\//.test(url)) {
     read.problems.push('DATABASE_URL must start with postgres:// or postgresql:// (e.g. postgres://user:pass@host:5432/db)');
+  } else if (url && urlHosts(url).length === 0) {
+    // postgres.js would fall back to PGHOST or localhost, and the TLS default could not tell which
+    read.problems.push('DATABASE_URL names no host: give one (e.g. postgres://user:pass@host:5432/db)');
   }
+  const auth = read.oneOf('DATABASE_AUTH', ['password', 'iam'] as const, 'password');
+  const ssl = read.str('DATABASE_SSL') === undefined ? undefined : read.oneOf('DATABASE_SSL', DATABASE_SSL_MODES, 'verify-full', 'verify-full, or disable when the host is this machine');
+  // with a secret, the host is known only once it is read: the Runtime applies the same rule then
+  if (auth === 'iam' && url && urlHosts(url).length > 0) iamUrlProblems(read, url, ssl);
   return {
     url,
     secretId,
+    auth,
     prepare: read.bool('DATABASE_PREPARE', true),
     connectTimeoutMs: read.int('DATABASE_CONNECT_TIMEOUT_MS', 5_000, 100, 600_000),
     applicationName: read.str('OUTBOX_CLIENT_ID') ?? 'outbox-relay',
-    ssl: read.str('DATABASE_SSL') === undefined ? undefined : read.oneOf('DATABASE_SSL', ['disable', 'require', 'verify-full'] as const, 'require'),
+    ssl,
   };
+}
+
+/** DATABASE_AUTH=iam with DATABASE_URL: one host, a user, no password, TLS unless the host is this machine. */
+function iamUrlProblems(read: EnvReader, url: string, ssl: DatabaseSsl | undefined): void {
+  const hosts = urlHosts(url);
+  if (hosts.length > 1) {
+    read.problems.push('DATABASE_AUTH=iam signs a token for one host, and DATABASE_URL names several: name the one endpoint (an instance, cluster or RDS Proxy endpoint)');
+    return;
+  }
+  const login = urlLogin(url);
+  if (!login.user) read.problems.push('DATABASE_AUTH=iam needs the database user in DATABASE_URL, as the token is signed for it: postgres://user@host:5432/db');
+  if (new URL(url).password) read.problems.push('DATABASE_URL has a password, but DATABASE_AUTH=iam logs in with a token: remove the password (postgres://user@host:5432/db)');
+  const tls = iamTlsProblem(databaseTls(ssl, url, hosts), hosts);
+  if (tls) read.problems.push(tls);
 }
 
 function kafkaConfig(read: EnvReader): Config['kafka'] {
@@ -168,12 +196,14 @@ function kafkaConfig(read: EnvReader): Config['kafka'] {
   for (const b of brokers) {
     if (!/^[A-Za-z0-9.\-_[\]:]+:\d{1,5}$/.test(b)) read.problems.push(`KAFKA_BROKERS entry ${JSON.stringify(b)} is not host:port`);
   }
+  const secretId = read.str('KAFKA_SECRET_ID');
   return {
     // kafkajs stays the default: it is the client users named; platformatic is the maintained one
     client: read.oneOf('OUTBOX_KAFKA_CLIENT', KAFKA_CLIENTS, 'kafkajs'),
     brokers,
-    secretId: read.str('KAFKA_SECRET_ID'),
-    ssl: read.bool('KAFKA_SSL', false),
+    secretId,
+    // SASL credentials never cross a network in the clear by default
+    ssl: read.bool('KAFKA_SSL', kafkaTlsDefault(secretId !== undefined, brokers)),
     sslRejectUnauthorized: read.bool('KAFKA_SSL_REJECT_UNAUTHORIZED', true),
     clientId: read.str('OUTBOX_CLIENT_ID') ?? 'outbox-relay',
     compression: read.oneOf('OUTBOX_COMPRESSION', ['none', 'gzip'] as const, 'none'),
@@ -273,6 +303,19 @@ function templateFits(template: string, head: string, prefix: string): boolean {
   if (head.startsWith(prefix)) return true;
   // the placeholders may fill in the rest of the prefix (a template without one never can)
   return head !== template && prefix.startsWith(head);
+}
+
+/**
+ * The first of OUTBOX_LOG_LEVEL, POWERTOOLS_LOG_LEVEL and LOG_LEVEL that is set. Powertools reads
+ * the last two itself only when its logger is given no level, and the relay always gives one: so
+ * the relay reads them, in Powertools' order, after its own. (Lambda's AWS_LAMBDA_LOG_LEVEL still
+ * overrides all three: Powertools applies it.)
+ */
+function logLevel(read: EnvReader): LogLevel {
+  for (const name of ['OUTBOX_LOG_LEVEL', 'POWERTOOLS_LOG_LEVEL', 'LOG_LEVEL']) {
+    if (read.str(name) !== undefined) return read.oneOf(name, LOG_LEVELS, 'info');
+  }
+  return 'info';
 }
 
 function telemetryConfig(read: EnvReader): Config['telemetry'] {

@@ -8,7 +8,9 @@
 import { Logger as PowertoolsLogger, type LogItem } from '@aws-lambda-powertools/logger';
 import type { ConstructorOptions, LogAttributes } from '@aws-lambda-powertools/logger/types';
 
-export type Level = 'debug' | 'info' | 'warn' | 'error';
+/** The levels a logger may be set to: Powertools' (the relay writes at debug, info, warn and error; trace is below them, critical and silent above). */
+export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'critical', 'silent'] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
 
 export interface Logger {
   debug(msg: string, fields?: Record<string, unknown>): void;
@@ -113,10 +115,10 @@ export interface LoggerOptions {
  * Lambda's Advanced Logging Controls level (AWS_LAMBDA_LOG_LEVEL), when set, takes precedence,
  * as Powertools does.
  */
-export function createLogger(level: Level = 'info', base: Record<string, unknown> = {}, write: Write = toStderr, options: LoggerOptions = {}): RelayLogger {
+export function createLogger(level: LogLevel = 'info', base: Record<string, unknown> = {}, write: Write = toStderr, options: LoggerOptions = {}): RelayLogger {
   const powertools = new PowertoolsStderrLogger(
     {
-      logLevel: level.toUpperCase() as Uppercase<Level>,
+      logLevel: level.toUpperCase() as Uppercase<LogLevel>,
       serviceName: options.serviceName ?? 'outbox-relay',
       persistentKeys: attributes(base),
       jsonReplacerFn: (_key, value) => errorFields(value),

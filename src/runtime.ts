@@ -1,18 +1,21 @@
 // Container-scoped state: configuration, the postgres.js client and the Kafka producer are
 // created once and reused by warm invocations, and re-created only when broken (a statement
 // abandoned at the deadline, refused credentials after a rotation).
-import postgres, { type Sql } from 'postgres';
+import type { Sql } from 'postgres';
 import { Deadline } from './budget.ts';
 import type { Config } from './config.ts';
-import { BrokerUnavailableError, DatabaseError, DeadlineExceededError } from './errors.ts';
+import type { KafkaCredentials } from './domain.ts';
+import { BrokerUnavailableError, ConfigError, DatabaseError, DeadlineExceededError } from './errors.ts';
 import { createPublisher } from './kafka/clients.ts';
 import type { Logger } from './log.ts';
 import type { Publisher } from './loop/ports.ts';
 import { backlog, type Backlog } from './outbox/admin.ts';
-import { CLIENT_OPTIONS, endClient } from './outbox/client.ts';
+import { CLIENT_OPTIONS, clientFor, endClient, type DatabaseTarget } from './outbox/client.ts';
 import { OutboxStore, isAuthError, type StoreOptions, isConnectionLost, wrapDbError } from './outbox/store.ts';
 import { runInvocation, type Summary } from './relay.ts';
-import { databaseUrlFromSecret, kafkaCredentialsFromSecret, SecretsManagerSource, type SecretSource } from './secrets.ts';
+import { databaseTargetFromSecret, kafkaCredentialsFromSecret, SecretsManagerSource, type SecretSource } from './secrets.ts';
+import type { RdsAuthTokens } from './rds-iam.ts';
+import { databaseTls, databaseTlsWarning, iamTlsProblem, kafkaTlsWarning, saslPlaintextProblem, saslWithoutTls, urlHosts, urlLogin, type DatabaseTls } from './transport.ts';
 
 export class Runtime {
   private sql: Sql | undefined;
@@ -29,13 +32,52 @@ export class Runtime {
   ) {
     this.secrets = secrets ?? new SecretsManagerSource();
     this.prepare = config.database.prepare;
+    this.warnOnce(kafkaTlsWarning(config.kafka));
   }
 
-  async databaseUrl(refresh = false, deadline?: Deadline): Promise<string> {
+  /** the warnings about weak settings already logged: each once per container, at its start */
+  private readonly warned = new Set<string>();
+
+  private warnOnce(warning: string | undefined): void {
+    if (warning === undefined || this.warned.has(warning)) return;
+    this.warned.add(warning);
+    this.logger.warn(warning);
+  }
+
+  /** Where the database is: DATABASE_URL, or the secret's URL or fields. */
+  async databaseTarget(refresh = false, deadline?: Deadline): Promise<DatabaseTarget> {
     const db = this.config.database;
-    if (db.url) return db.url;
+    if (db.url) return { url: db.url };
     const raw = await this.secrets.get(db.secretId!, refresh, deadline);
-    return databaseUrlFromSecret(db.secretId!, raw);
+    return databaseTargetFromSecret(db.secretId!, raw, db.auth);
+  }
+
+  /** DATABASE_AUTH=iam: the auth tokens of the database client's login; undefined with passwords. */
+  private iam: RdsAuthTokens | undefined;
+
+  /**
+   * The tokens for the target's login, after the checks config.ts makes of a DATABASE_URL (a
+   * secret's target is known only now): one host, a user, TLS unless on this machine. One token is
+   * signed at once, so that missing credentials or region fail here, saying what to check, before
+   * any connection. The signer is loaded only for DATABASE_AUTH=iam.
+   */
+  private async iamTokens(target: DatabaseTarget, tls: DatabaseTls, hosts: string[]): Promise<RdsAuthTokens> {
+    const source = this.config.database.url ? 'DATABASE_URL' : `the secret ${JSON.stringify(this.config.database.secretId)}`;
+    if (hosts.length !== 1) throw new ConfigError([`DATABASE_AUTH=iam signs a token for one host, and ${source} names ${hosts.length === 0 ? 'none' : 'several'}: name the one endpoint`]);
+    const login = 'url' in target ? urlLogin(target.url) : { host: target.host, port: target.port, user: target.user };
+    if (!login.user) throw new ConfigError([`DATABASE_AUTH=iam needs the database user, as the token is signed for it, and ${source} names none`]);
+    const problem = iamTlsProblem(tls, hosts);
+    if (problem) throw new ConfigError([problem]);
+    const { RdsAuthTokens } = await import('./rds-iam.ts');
+    const tokens = new RdsAuthTokens(login);
+    await tokens.sign();
+    return tokens;
+  }
+
+  /** A login the database refused under DATABASE_AUTH=iam, said as such (what to check); any other error as it is. */
+  private explained(err: Error): Error {
+    if (this.iam && err instanceof DatabaseError && isAuthError(err.cause)) return this.iam.refused(err.cause);
+    return err;
   }
 
   /**
@@ -48,8 +90,13 @@ export class Runtime {
   async database(refresh = false, deadline?: Deadline): Promise<Sql> {
     if (this.sql && !refresh && !this.store?.poisoned && !this.connectionLost) return this.sql;
     await this.closeDatabase();
-    const url = await this.databaseUrl(refresh, deadline);
-    let client = this.connect(url, this.config.database.prepare);
+    const target = await this.databaseTarget(refresh, deadline);
+    // the host is known only now when it comes from a secret
+    const hosts = 'url' in target ? urlHosts(target.url) : [target.host];
+    const tls = databaseTls(this.config.database.ssl, 'url' in target ? target.url : undefined, hosts);
+    this.warnOnce(databaseTlsWarning(tls));
+    this.iam = this.config.database.auth === 'iam' ? await this.iamTokens(target, tls, hosts) : undefined;
+    let client = this.connect(target, this.config.database.prepare, tls);
     this.prepare = this.config.database.prepare;
     if (this.prepare) {
       const seen = await this.backendPids(client, deadline).catch(async (err: unknown) => {
@@ -57,7 +104,7 @@ export class Runtime {
         if (err instanceof DeadlineExceededError) {
           throw new DatabaseError(`the database did not answer in time: ${err.message}; check the database and the network path to it (a pooler or proxy in between?)`, { cause: err });
         }
-        throw wrapDbError(err, 'connecting to the database');
+        throw this.explained(wrapDbError(err, 'connecting to the database'));
       });
       if (seen.client !== seen.server) {
         // A transaction pooler (PgBouncer < 1.21, RDS Proxy) hands each transaction whichever server
@@ -70,7 +117,7 @@ export class Runtime {
         });
         await client.end({ timeout: 1 }).catch(() => undefined);
         this.prepare = false;
-        client = this.connect(url, false);
+        client = this.connect(target, false, tls);
       }
     }
     this.sql = client;
@@ -93,9 +140,9 @@ export class Runtime {
     return { client: rows.state.pid, server: rows[0]!.pid };
   }
 
-  private connect(url: string, prepare: boolean): Sql {
+  private connect(target: DatabaseTarget, prepare: boolean, tls: DatabaseTls): Sql {
     const db = this.config.database;
-    const client: Sql = postgres(url, {
+    const client: Sql = clientFor(target, {
       ...CLIENT_OPTIONS,
       // two batch transactions overlap (claim next while publishing current) + one for prune/status
       max: 3,
@@ -115,8 +162,10 @@ export class Runtime {
         this.store?.loseConnection();
       },
       connection: { application_name: db.applicationName },
-      // RDS-style JSON secrets carry no sslmode; RDS for Postgres 15+ requires TLS by default
-      ...(db.ssl ? { ssl: db.ssl === 'disable' ? false : db.ssl } : {}),
+      // undefined: the URL's own sslmode (transport.ts, databaseTls)
+      ...(tls.ssl === undefined ? {} : { ssl: tls.ssl }),
+      // DATABASE_AUTH=iam: a token signed for each connection when the server asks for it
+      ...(this.iam ? { password: this.iam.password } : {}),
       onnotice: () => undefined,
     });
     return client;
@@ -140,9 +189,18 @@ export class Runtime {
       kafka,
       maxMessageBytes: this.config.outbox.maxMessageBytes,
       logger: this.logger,
-      credentials: kafka.secretId ? async (refresh) => kafkaCredentialsFromSecret(kafka.secretId!, await this.secrets.get(kafka.secretId!, refresh)) : undefined,
+      credentials: kafka.secretId ? (refresh) => this.kafkaCredentials(refresh) : undefined,
     });
     return this.publisherInstance;
+  }
+
+  /** The Kafka secret's credentials, refused when their mechanism would send the password in the clear (transport.ts). */
+  private async kafkaCredentials(refresh: boolean, deadline?: Deadline): Promise<KafkaCredentials> {
+    const kafka = this.config.kafka;
+    const credentials = kafkaCredentialsFromSecret(kafka.secretId!, await this.secrets.get(kafka.secretId!, refresh, deadline));
+    const problem = saslPlaintextProblem(kafka, credentials.mechanism, kafka.secretId!);
+    if (problem) throw new ConfigError([problem]);
+    return credentials;
   }
 
   /**
@@ -158,6 +216,10 @@ export class Runtime {
   /** One invocation: the loop of docs/DESIGN.md ("The invocation loop"), deadline = now + remaining - safety margin. */
   async invoke(remainingMs: number, logger: Logger = this.logger): Promise<Summary> {
     const deadline = Deadline.fromRemaining(remainingMs, this.config.outbox.safetyMarginMs);
+    // SASL without TLS to brokers off this machine: whether that is allowed depends on the
+    // secret's mechanism, so read it (once per container; the producer reuses it) before anything
+    // is claimed, and fail as a configuration error rather than as an unavailable broker
+    if (saslWithoutTls(this.config.kafka)) await this.kafkaCredentials(false, deadline);
     const deps = (store: OutboxStore) => ({
       store,
       publisher: this.publisher(),
@@ -174,6 +236,8 @@ export class Runtime {
         summary = await runInvocation(deps(await this.outboxStore(refresh, deadline)), deadline);
       } catch (err) {
         if (!(err instanceof DatabaseError)) throw err;
+        // every connection signs a token of its own: reading the secret again would change nothing
+        if (this.iam && isAuthError(err.cause)) throw this.explained(err);
         if (!refreshed && isAuthError(err.cause) && this.config.database.secretId) {
           // credentials rotated under us: read the secret again once and retry with the same deadline
           logger.warn('database refused the credentials; refreshing the database secret once', { secretId: this.config.database.secretId });

@@ -4,6 +4,7 @@
 import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import type { Deadline } from './budget.ts';
 import type { KafkaCredentials } from './domain.ts';
+import type { DatabaseTarget } from './outbox/client.ts';
 import { DeadlineExceededError, SecretError } from './errors.ts';
 
 export interface SecretSource {
@@ -66,19 +67,25 @@ export class SecretsManagerSource implements SecretSource {
 
 /**
  * A database secret is either a postgres:// URL or the JSON RDS writes on rotation:
- * {"username","password","host","port","dbname"} (engine and others ignored).
+ * {"username","password","host","port","dbname"} (engine and others ignored). The JSON's fields
+ * become connection options as they are, never parts of a URL (DatabaseTarget).
  */
-export function databaseUrlFromSecret(secretId: string, raw: string): string {
+export function databaseTargetFromSecret(secretId: string, raw: string, auth: 'password' | 'iam' = 'password'): DatabaseTarget {
   const text = raw.trim();
-  if (/^postgres(ql)?:\/\//.test(text)) return text;
+  if (/^postgres(ql)?:\/\//.test(text)) return { url: text };
   const obj = parseJsonObject(secretId, text, 'a postgres:// URL or RDS-style JSON {"username","password","host","port","dbname"}');
-  const missing = ['username', 'password', 'host'].filter((k) => typeof obj[k] !== 'string' || obj[k] === '');
-  if (missing.length) throw new SecretError(secretId, `is missing ${missing.join(', ')}; expected RDS-style JSON {"username","password","host","port","dbname"}`);
+  // DATABASE_AUTH=iam logs in with a token: a password in the secret (an RDS-managed one has it) is not used
+  const required = auth === 'iam' ? ['username', 'host'] : ['username', 'password', 'host'];
+  const missing = required.filter((k) => typeof obj[k] !== 'string' || obj[k] === '');
+  if (missing.length) throw new SecretError(secretId, `is missing ${missing.join(', ')}; expected RDS-style JSON {"username",${auth === 'iam' ? '' : '"password",'}"host","port","dbname"}`);
   const port = obj.port === undefined ? 5432 : Number(obj.port);
   if (!Number.isInteger(port) || port <= 0 || port > 65535) throw new SecretError(secretId, 'has a port that is not a number between 1 and 65535');
-  const dbname = typeof obj.dbname === 'string' && obj.dbname ? obj.dbname : typeof obj.dbName === 'string' ? obj.dbName : 'postgres';
-  const u = encodeURIComponent;
-  return `postgres://${u(obj.username as string)}:${u(obj.password as string)}@${obj.host as string}:${port}/${u(dbname)}`;
+  const database = typeof obj.dbname === 'string' && obj.dbname ? obj.dbname : typeof obj.dbName === 'string' && obj.dbName ? obj.dbName : 'postgres';
+  const fields = { host: obj.host as string, user: obj.username as string, database };
+  // the startup message ends each value at a NUL byte: one inside would start a parameter of its own
+  const withNul = Object.entries({ host: fields.host, username: fields.user, dbname: database }).filter(([, v]) => v.includes('\0'));
+  if (withNul.length) throw new SecretError(secretId, `has a NUL character in ${withNul.map(([k]) => k).join(', ')}`);
+  return { ...fields, port, password: auth === 'iam' ? undefined : (obj.password as string) };
 }
 
 /** Kafka SASL credentials: {"username","password","mechanism"} with mechanism plain | scram-sha-256 | scram-sha-512. */

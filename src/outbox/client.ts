@@ -1,6 +1,6 @@
 // How the relay's postgres.js clients are built and ended: the parts every client the relay
-// opens shares (the Runtime's, the model test's).
-import type { Options, Sql } from 'postgres';
+// opens shares (the Runtime's, the model test's), and where a client connects to.
+import postgres, { type Options, type Sql } from 'postgres';
 
 /**
  * A Postgres array literal of the values, each element quoted (Postgres' array input syntax:
@@ -31,6 +31,26 @@ export const CLIENT_OPTIONS: Pick<Options<Record<string, never>>, 'fetch_types' 
   // be another Sql type everywhere, for helpers (sql.typed.*) the relay does not use
   types: Object.fromEntries(Object.entries(ARRAY_OIDS).map(([name, oid]) => [`${name}_array`, { to: oid, serialize: arrayLiteral }])) as unknown as Record<string, never>,
 };
+
+/**
+ * Where the database is: a postgres:// URL as given (DATABASE_URL, or a secret holding one), which
+ * postgres.js parses; or the fields of an RDS-style JSON secret, which are never pasted into a URL
+ * (a host holding `/`, `?`, `#` or `@` would add connection parameters of its own).
+ */
+export type DatabaseTarget = { url: string } | { host: string; port: number; user: string; password: string | undefined; database: string };
+
+/**
+ * A client of the target with these options. The fields go in as options, host and port as
+ * one-element lists: postgres.js splits a host string at `,` (more hosts) and `:` (a port), and
+ * takes one holding `/` for a Unix socket's directory; a list is used as it is.
+ */
+export function clientFor(target: DatabaseTarget, options: Options<Record<string, never>>): Sql {
+  if ('url' in target) return postgres(target.url, options);
+  // typed as one host and port, accepted as lists (postgres.js 3.4.9: parseOptions, Array.isArray)
+  const where = { host: [target.host] as unknown as string, port: [target.port] as unknown as number };
+  // a password in the options (a token function, DATABASE_AUTH=iam) goes before the target's
+  return postgres({ ...options, ...where, user: target.user, password: options.password ?? target.password, database: target.database });
+}
 
 const opened = new WeakMap<Sql, Promise<unknown>>();
 

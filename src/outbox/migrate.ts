@@ -51,6 +51,8 @@ export function render(sqlText: string, table: TableName): string {
     sent_table: qualified(sentTable(table)),
     idx_sent_table: derivedName(sentTable(table), 'sent_at_idx'),
   };
+  // the same names as string literals, for statements that build SQL (002's ALTER FUNCTION)
+  for (const key of ['table', 'notify_fn', 'unwait_fn']) names[`${key}_literal`] = quoteLiteral(names[key]!);
   return sqlText.replace(/\{\{(\w+)\}\}/g, (_, key: string) => {
     const v = names[key];
     if (v === undefined) throw new Error(`unknown migration placeholder {{${key}}}`);

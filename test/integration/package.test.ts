@@ -228,6 +228,7 @@ describe('packaged for AWS (stage prod, default parameters)', () => {
       DATABASE_SECRET_ID: DB_SECRET,
       DATABASE_PREPARE: 'true',
       DATABASE_SSL: 'verify-full',
+      DATABASE_AUTH: 'password',
       DATABASE_CONNECT_TIMEOUT_MS: '5000',
       KAFKA_BROKERS: BROKERS,
       KAFKA_SECRET_ID: KAFKA_SECRET,
@@ -263,6 +264,7 @@ describe('packaged for AWS (stage prod, default parameters)', () => {
     assert.deepEqual(read.flatMap((s) => list(s.Resource)).sort(), [DB_SECRET, KAFKA_SECRET].sort());
     assertNoWildcards(statements);
     assert.ok(!statements.some((s) => touches(s, 'kms')), 'no kms permission without kmsKeyArn');
+    assert.ok(!statements.some((s) => touches(s, 'rds-db')), 'no rds-db permission without databaseAuth=iam');
     // the first tick must not run before the secrets policy is attached
     assert.ok(list(t.Resources.RelayLambdaFunction?.DependsOn).includes('RelaySecretsPolicy'));
   });
@@ -308,7 +310,7 @@ describe('packaged for AWS (stage prod, default parameters)', () => {
   });
 });
 
-describe('packaged for AWS with VPC, KMS key, reserved concurrency and a longer timeout', () => {
+describe('packaged for AWS with VPC, KMS key, RDS IAM authentication, reserved concurrency and a longer timeout', () => {
   let t: Template;
   before(() => {
     t = packageWith([
@@ -320,6 +322,21 @@ describe('packaged for AWS with VPC, KMS key, reserved concurrency and a longer 
       'subnetIds=subnet-0aaa,subnet-0bbb',
       'securityGroupIds=sg-0ccc',
       'databasePrepare=false',
+      'databaseAuth=iam',
+      'databaseIamResourceId=db-ABCDEFGHIJKLMNOPQRSTUVWXY',
+      'databaseIamUser=relay',
+    ]);
+  });
+
+  it('logs in with IAM: DATABASE_AUTH=iam, and rds-db:connect on exactly that database user, nothing more', () => {
+    assert.equal(((theFunction(t).p.Environment as Obj).Variables as Obj).DATABASE_AUTH, 'iam');
+    const rds = roleStatements(t).filter((s) => touches(s, 'rds-db'));
+    assert.equal(rds.length, 1);
+    const s = rds[0] as Statement;
+    assert.equal(s.Effect, 'Allow');
+    assert.deepEqual(actions(s), ['rds-db:connect']);
+    assert.deepEqual(list(s.Resource), [
+      { 'Fn::Join': ['', ['arn:', { Ref: 'AWS::Partition' }, ':rds-db:', { Ref: 'AWS::Region' }, ':', { Ref: 'AWS::AccountId' }, ':dbuser:db-ABCDEFGHIJKLMNOPQRSTUVWXY/relay']] },
     ]);
   });
 

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { loadConfig } from '../../src/config.ts';
 import { ConfigError } from '../../src/errors.ts';
+import { createLogger } from '../../src/log.ts';
 
 const base = { DATABASE_URL: 'postgres://u:p@127.0.0.1:5432/db', KAFKA_BROKERS: '127.0.0.1:9092' };
 
@@ -186,7 +187,7 @@ describe('loadConfig: every variable, its default and its bounds', () => {
   });
 
   it('G8: one-of settings name the allowed values and the default', () => {
-    assert.deepEqual(problems({ ...base, DATABASE_SSL: 'prefer' }), ['DATABASE_SSL="prefer" is not one of disable, require, verify-full (default require)']);
+    assert.deepEqual(problems({ ...base, DATABASE_SSL: 'prefer' }), ['DATABASE_SSL="prefer" is not one of disable, require, verify-full (default verify-full, or disable when the host is this machine)']);
     assert.deepEqual(problems({ ...base, OUTBOX_COMPRESSION: 'zstd' }), ['OUTBOX_COMPRESSION="zstd" is not one of none, gzip (default none)']);
     assert.deepEqual(problems({ ...base, OUTBOX_KAFKA_CLIENT: 'librdkafka' }), ['OUTBOX_KAFKA_CLIENT="librdkafka" is not one of kafkajs, platformatic (default kafkajs)']);
   });
@@ -233,5 +234,38 @@ describe('loadConfig: telemetry (service, stage, namespace, where metrics go)', 
     assert.match(problems({ ...base, POWERTOOLS_METRICS_NAMESPACE: 'AWS/Lambda' })[0]!, /not starting with AWS\//);
     assert.match(problems({ ...base, POWERTOOLS_METRICS_NAMESPACE: 'bad|ns' })[0]!, /is not a CloudWatch namespace/);
     assert.match(problems({ ...base, OUTBOX_METRICS: 'file' })[0]!, /OUTBOX_METRICS="file" is not one of stdout, stderr, off/);
+  });
+});
+
+describe('loadConfig: the log level (OUTBOX_LOG_LEVEL, else POWERTOOLS_LOG_LEVEL, else LOG_LEVEL)', () => {
+  it("Powertools' own variables are honoured when OUTBOX_LOG_LEVEL is unset, in Powertools' order; OUTBOX_LOG_LEVEL wins", () => {
+    assert.equal(loadConfig(base).logLevel, 'info');
+    assert.equal(loadConfig({ ...base, POWERTOOLS_LOG_LEVEL: 'DEBUG' }).logLevel, 'debug');
+    assert.equal(loadConfig({ ...base, LOG_LEVEL: 'warn' }).logLevel, 'warn');
+    assert.equal(loadConfig({ ...base, POWERTOOLS_LOG_LEVEL: 'error', LOG_LEVEL: 'debug' }).logLevel, 'error');
+    assert.equal(loadConfig({ ...base, OUTBOX_LOG_LEVEL: 'warn', POWERTOOLS_LOG_LEVEL: 'debug', LOG_LEVEL: 'debug' }).logLevel, 'warn');
+    assert.equal(loadConfig({ ...base, OUTBOX_LOG_LEVEL: ' ', POWERTOOLS_LOG_LEVEL: 'critical' }).logLevel, 'critical', 'blank is unset');
+    for (const level of ['TRACE', 'CRITICAL', 'SILENT']) assert.equal(loadConfig({ ...base, POWERTOOLS_LOG_LEVEL: level }).logLevel, level.toLowerCase(), "Powertools' other levels");
+  });
+
+  it('G8: a level that is none of them is refused, naming the variable that holds it', () => {
+    assert.deepEqual(problems({ ...base, POWERTOOLS_LOG_LEVEL: 'verbose' }), ['POWERTOOLS_LOG_LEVEL="verbose" is not one of trace, debug, info, warn, error, critical, silent (default info)']);
+    assert.deepEqual(problems({ ...base, LOG_LEVEL: 'loud' }), ['LOG_LEVEL="loud" is not one of trace, debug, info, warn, error, critical, silent (default info)']);
+    assert.deepEqual(problems({ ...base, OUTBOX_LOG_LEVEL: 'all', POWERTOOLS_LOG_LEVEL: 'debug' }), ['OUTBOX_LOG_LEVEL="all" is not one of trace, debug, info, warn, error, critical, silent (default info)']);
+  });
+
+  it('the logger built from it writes what that level lets through (POWERTOOLS_LOG_LEVEL=debug: debug lines; =error: no info; silent: nothing)', () => {
+    const written = (env: Record<string, string>) => {
+      const lines: string[] = [];
+      const logger = createLogger(loadConfig({ ...base, ...env }).logLevel, {}, (l) => lines.push((JSON.parse(l) as { level: string }).level));
+      logger.debug('d');
+      logger.info('i');
+      logger.error('e');
+      return lines;
+    };
+    assert.deepEqual(written({ POWERTOOLS_LOG_LEVEL: 'debug' }), ['DEBUG', 'INFO', 'ERROR']);
+    assert.deepEqual(written({ LOG_LEVEL: 'error' }), ['ERROR']);
+    assert.deepEqual(written({ POWERTOOLS_LOG_LEVEL: 'silent' }), []);
+    assert.deepEqual(written({}), ['INFO', 'ERROR']);
   });
 });

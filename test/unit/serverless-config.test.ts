@@ -1,6 +1,7 @@
 // serverless.yml read as plain YAML (the ${…} variables are just strings to a YAML parser):
 // the local stage and its plugin, offline-only variables, and that every environment variable
-// it sets is one the relay reads, with defaults equal to the relay's own. The alarms and the
+// it sets is one the relay reads, with defaults equal to the relay's own but for a short list of
+// intended differences, each with its reason. The alarms and the
 // dashboard are checked on the template as a deployment would see it: the few variable sources
 // the file uses are resolved here the way osls resolves them (params.<stage>, then
 // params.default, `--param` overrides first), and the CloudFormation conditions evaluated.
@@ -10,8 +11,9 @@ import { dirname, join } from 'node:path';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { parse } from 'yaml';
-import { loadConfig } from '../../src/config.ts';
+import { loadConfig, type Config } from '../../src/config.ts';
 import { METRICS } from '../../src/metrics.ts';
+import { databaseTls } from '../../src/transport.ts';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const text = readFileSync(join(root, 'serverless.yml'), 'utf8');
@@ -103,27 +105,56 @@ describe('serverless.yml', () => {
     }
   });
 
-  it("defaults every relay setting to the relay's own default (except KAFKA_SSL, on for MSK, TLS to the database, and the stage)", () => {
-    // The environment block as osls resolves it for a stage without overrides; an empty value is
-    // unset for the relay, and a parameter without a default (the secret) is left out.
-    const env: Record<string, string> = {};
-    for (const [name, value] of Object.entries(deployed().provider.environment)) {
-      if (typeof value === 'number' || (typeof value === 'string' && value !== '')) env[name] = String(value);
+  it("sets every relay variable to the relay's own default, except the intended differences, each with its reason", () => {
+    // The environment block as osls resolves it for a stage without overrides (null: a parameter
+    // without a default), against what the relay does with nothing set, for a database and
+    // brokers as on AWS (off this machine, so the loopback exceptions do not apply).
+    const env = deployed().provider.environment;
+    const base = { DATABASE_SECRET_ID: 'outbox/database', KAFKA_BROKERS: 'b-1.example.kafka.eu-west-1.amazonaws.com:9096' };
+    const builtIn = actsAs(loadConfig(base));
+    const seen = new Set<string>();
+    for (const [name, value] of Object.entries(env)) {
+      seen.add(name);
+      if (name in READ_BY_NODE) continue;
+      if (value === null) {
+        assert.ok(REQUIRED.includes(name), `${name} has no value in a stage without overrides, and is not one of the required ${REQUIRED.join(', ')}`);
+        continue;
+      }
+      assert.ok(typeof value === 'string' || typeof value === 'number', `${name} resolves to ${JSON.stringify(value)}, not a value`);
+      const configured = actsAs(loadConfig({ ...base, [name]: String(value) }));
+      if (name in INTENDED_DIFFERENCES) {
+        assert.notDeepEqual(configured, builtIn, `${name} is listed as an intended difference but equals the relay's default: remove it from the list`);
+      } else {
+        assert.deepEqual(configured, builtIn, `${name}=${value} differs from the relay's own default: make them agree, or list it in INTENDED_DIFFERENCES with the reason`);
+      }
     }
-    assert.equal(env.KAFKA_SSL, 'true');
-    delete env.KAFKA_SSL;
-    assert.equal(env.DATABASE_SSL, 'verify-full', 'TLS to the database, verified, by default in a deployed stage');
+    for (const name of [...Object.keys(INTENDED_DIFFERENCES), ...Object.keys(READ_BY_NODE), ...REQUIRED]) assert.ok(seen.has(name), `${name} is listed here but serverless.yml does not set it`);
+    assert.equal(env.DATABASE_SSL, 'verify-full', 'TLS to the database, verified: the relay\'s default for a host off this machine, stated for the reader');
     assert.equal(env.NODE_EXTRA_CA_CERTS, '/var/runtime/ca-cert.pem', "with the RDS CAs of Lambda's Node runtime");
-    delete env.DATABASE_SSL;
-    delete env.NODE_EXTRA_CA_CERTS;
-    assert.equal(env.OUTBOX_STAGE, 'prod', 'the deployment stage (${sls:stage}), not a relay default');
-    delete env.OUTBOX_STAGE;
-    const required = { DATABASE_URL: 'postgres://u:p@127.0.0.1:5432/db', KAFKA_BROKERS: '127.0.0.1:9092' };
-    const fromYaml = loadConfig({ ...env, ...required });
-    const builtIn = loadConfig(required);
-    assert.deepEqual(fromYaml, builtIn);
   });
 });
+
+/** Variables serverless.yml sets with no default on either side: packaging fails without them. */
+const REQUIRED = ['DATABASE_SECRET_ID', 'KAFKA_BROKERS'];
+
+/** Variables for Node itself, not the relay (src/config.ts does not read them). */
+const READ_BY_NODE: Record<string, string> = {
+  NODE_OPTIONS: 'source-mapped stack traces (--enable-source-maps)',
+  NODE_EXTRA_CA_CERTS: "the Amazon RDS CAs, which Lambda's Node runtime ships in /var/runtime/ca-cert.pem but does not load, for DATABASE_SSL=verify-full",
+};
+
+/** Where a deployment means to differ from the relay's own default, and why. Keep it short. */
+const INTENDED_DIFFERENCES: Record<string, string> = {
+  KAFKA_SSL:
+    "TLS even without a Kafka secret: on MSK every listener but the in-VPC plaintext one (9092) is TLS, and the TLS-only one (9094) needs no secret. The relay's own default turns TLS on only when it logs in (SASL): the same, once kafkaSecretArn is given",
+  OUTBOX_STAGE: "the deployment's stage (${sls:stage}) as the metrics' stage dimension; the relay's own default is local",
+};
+
+/** A Config as it acts: DATABASE_SSL unset is decided per host (src/transport.ts), here for an RDS host named by the secret. */
+function actsAs(c: Config): unknown {
+  const host = 'outbox.abc123.eu-west-1.rds.amazonaws.com';
+  return { ...c, database: { ...c.database, ssl: databaseTls(c.database.ssl, undefined, [host]).mode } };
+}
 
 // ---------------------------------------------------------------------------------------------
 // The template as deployed: variables resolved, conditions evaluated.
@@ -252,6 +283,40 @@ function expectedAlarms(stage: string): Record<string, AlarmSpec> {
     ThrottlesAlarm: { namespace: 'AWS/Lambda', metric: 'Throttles', dimensions: lambda, statistic: 'Sum', operator: 'GreaterThanThreshold', threshold: 0, minutes: 5, missing: 'notBreaching' },
   };
 }
+
+describe('serverless.yml: RDS IAM authentication', () => {
+  /** the resource's own `Condition`, evaluated; true when it has none */
+  const exists = (t: Resolved, id: string): boolean => {
+    const c = (t.resources.Resources[id] as { Condition?: string } | undefined)?.Condition;
+    return c === undefined ? id in t.resources.Resources : condition(t, c);
+  };
+  /** Fn::Join of strings and pseudo-parameter Refs, as CloudFormation would give it in us-east-1 of account 123456789012 */
+  const joined = (v: Json): string => {
+    const [sep, parts] = (v as { 'Fn::Join': [string, Json[]] })['Fn::Join'];
+    const pseudo: Record<string, string> = { 'AWS::Partition': 'aws', 'AWS::Region': 'us-east-1', 'AWS::AccountId': '123456789012' };
+    return parts.map((p) => (typeof p === 'string' ? p : pseudo[(p as { Ref: string }).Ref]!)).join(sep);
+  };
+
+  it('password by default: DATABASE_AUTH=password and no rds-db permission at all', () => {
+    const t = deployed();
+    assert.equal(t.provider.environment.DATABASE_AUTH, 'password');
+    assert.equal(exists(t, 'RelayDatabaseIamPolicy'), false);
+    assert.doesNotMatch(JSON.stringify(t.resources.Resources.RelaySecretsPolicy), /rds-db/);
+  });
+
+  it('databaseAuth=iam: DATABASE_AUTH=iam, and rds-db:connect on exactly dbuser:<resource id>/<user>, on the function\'s role', () => {
+    const t = deployed({ databaseAuth: 'iam', databaseIamResourceId: 'db-ABCDEFGHIJKLMNOPQRSTUVWXY', databaseIamUser: 'relay' });
+    assert.equal(t.provider.environment.DATABASE_AUTH, 'iam');
+    assert.equal(exists(t, 'RelayDatabaseIamPolicy'), true);
+    const policy = resourcesOfType(t, 'AWS::IAM::Policy').RelayDatabaseIamPolicy!;
+    assert.deepEqual(policy.Roles, [{ Ref: 'IamRoleLambdaExecution' }]);
+    const statements = (policy.PolicyDocument as Obj).Statement as Obj[];
+    assert.equal(statements.length, 1);
+    assert.equal(statements[0]!.Effect, 'Allow');
+    assert.equal(statements[0]!.Action, 'rds-db:connect');
+    assert.equal(joined(statements[0]!.Resource!), 'arn:aws:rds-db:us-east-1:123456789012:dbuser:db-ABCDEFGHIJKLMNOPQRSTUVWXY/relay');
+  });
+});
 
 describe('serverless.yml: alarms', () => {
   it('five alarms, each on its metric, namespace and dimensions, with its threshold, N of N one-minute periods and missing-data rule', () => {

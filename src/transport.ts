@@ -1,0 +1,161 @@
+// How the relay's connections are protected: TLS unless the other end is this machine, SASL's
+// cleartext mechanism never over plaintext to another machine, and a warning for every setting
+// that encrypts without checking whom it talks to. Pure rules: config.ts applies the ones it can
+// decide from the environment; runtime.ts the ones that need a secret's contents (an RDS-style
+// secret names its host, a Kafka secret its mechanism).
+import { isIP } from 'node:net';
+import type { SaslMechanism } from './domain.ts';
+
+/** DATABASE_SSL's values. */
+export const DATABASE_SSL_MODES = ['disable', 'require', 'verify-full'] as const;
+export type DatabaseSsl = (typeof DATABASE_SSL_MODES)[number];
+
+/**
+ * The local machine: `localhost`, 127.0.0.0/8, ::1, or a Unix socket's directory. Only there may
+ * the defaults go without TLS: the bytes never leave the host (the local test services, a
+ * developer's database, a tunnel's local end).
+ */
+export function isLoopbackHost(host: string): boolean {
+  let h = host.trim().toLowerCase();
+  if (h.startsWith('/')) return true;
+  if (h.startsWith('[') && h.endsWith(']')) h = h.slice(1, -1);
+  if (h.endsWith('.')) h = h.slice(0, -1);
+  if (h === 'localhost') return true;
+  if (isIP(h) === 4) return h.startsWith('127.');
+  if (isIP(h) === 6) {
+    // every spelling of ::1 (0:0:0:0:0:0:0:1, ::0001), and 127.0.0.0/8 mapped (::ffff:127.0.0.1), as the URL parser normalises them
+    const normal = new URL(`http://[${h}]`).hostname;
+    return normal === '[::1]' || normal.startsWith('[::ffff:7f');
+  }
+  return false;
+}
+
+/** Every host given, and each on this machine. */
+export function allLoopback(hosts: readonly string[]): boolean {
+  return hosts.length > 0 && hosts.every(isLoopbackHost);
+}
+
+/** The host of a `host:port` broker (`[::1]:9092` → `::1`). */
+export function brokerHost(broker: string): string {
+  const host = broker.slice(0, broker.lastIndexOf(':'));
+  return host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host;
+}
+
+/**
+ * The hosts of a postgres:// URL, split as postgres.js splits them (`user:pass@h1:5432,h2/db`);
+ * an empty list when the URL names none.
+ */
+export function urlHosts(url: string): string[] {
+  let hosts = url.slice(url.indexOf('://') + 3).split(/[?/#]/)[0] ?? '';
+  hosts = hosts.slice(hosts.lastIndexOf('@') + 1);
+  if (hosts === '') return [];
+  return hosts.split(',').map((h) => {
+    const host = decodeURIComponent(h);
+    // [::1]:5432 → ::1; host:5432 → host
+    if (host.startsWith('[')) return host.slice(1, host.indexOf(']'));
+    const colon = host.lastIndexOf(':');
+    return colon === -1 ? host : host.slice(0, colon);
+  });
+}
+
+/** The one host, port and user of a postgres:// URL (what DATABASE_AUTH=iam signs a token for). */
+export function urlLogin(url: string): { host: string; port: number; user: string } {
+  const u = new URL(url);
+  const host = u.hostname.startsWith('[') ? u.hostname.slice(1, -1) : u.hostname;
+  return { host: decodeURIComponent(host), port: u.port ? Number(u.port) : 5432, user: decodeURIComponent(u.username) };
+}
+
+/** TLS to Postgres as it will be: what postgres.js is given, and what that means. */
+export interface DatabaseTls {
+  /** postgres.js' `ssl`; undefined: not given, the URL's own sslmode decides */
+  ssl: false | 'require' | 'verify-full' | undefined;
+  /** the mode in effect: disable, allow, prefer, require or verify-full */
+  mode: string;
+  /** who chose it */
+  source: 'DATABASE_SSL' | 'the URL' | 'the default';
+}
+
+/**
+ * TLS to Postgres: DATABASE_SSL when set; else a URL's own `sslmode` (or `ssl`, or
+ * `sslrootcert=system`) when it has one; else verify-full, the certificate and the host name
+ * checked, unless every host is this machine (isLoopbackHost), where it is off. An RDS-style JSON
+ * secret has no sslmode, so its database gets verify-full.
+ */
+export function databaseTls(configured: DatabaseSsl | undefined, url: string | undefined, hosts: readonly string[]): DatabaseTls {
+  if (configured) return { ssl: configured === 'disable' ? false : configured, mode: configured, source: 'DATABASE_SSL' };
+  const fromUrl = url === undefined ? undefined : urlSslMode(url);
+  if (fromUrl) return { ssl: undefined, mode: fromUrl, source: 'the URL' };
+  if (allLoopback(hosts)) return { ssl: false, mode: 'disable', source: 'the default' };
+  return { ssl: 'verify-full', mode: 'verify-full', source: 'the default' };
+}
+
+/** The TLS mode a URL asks for, read as postgres.js reads it; undefined when it asks for none. */
+function urlSslMode(url: string): string | undefined {
+  const q = url.indexOf('?');
+  if (q === -1) return undefined;
+  const params = new URLSearchParams(url.slice(q + 1).split('#')[0]);
+  const value = params.get('sslmode') ?? params.get('ssl') ?? (params.get('sslrootcert') === 'system' ? 'verify-full' : null);
+  if (value === null) return undefined;
+  if (value === 'disable' || value === 'false') return 'disable';
+  if (value === 'allow' || value === 'prefer' || value === 'require') return value;
+  // anything else postgres.js hands to TLS with the certificate checked (verify-ca, verify-full, true)
+  return 'verify-full';
+}
+
+/** A warning for TLS that encrypts (or may) without checking the server; undefined when there is nothing to say. */
+export function databaseTlsWarning(tls: DatabaseTls): string | undefined {
+  const setting = tls.source === 'DATABASE_SSL' ? `DATABASE_SSL=${tls.mode}` : `the database URL's sslmode=${tls.mode}`;
+  const fix = 'use DATABASE_SSL=verify-full (on Lambda with NODE_EXTRA_CA_CERTS=/var/runtime/ca-cert.pem for the RDS CAs; docs/DEPLOY.md, "TLS to Postgres")';
+  if (tls.mode === 'require') {
+    return `${setting} encrypts the database connection but checks no certificate, so anyone on the network path can pose as the database and read the password: ${fix}`;
+  }
+  if (tls.mode === 'prefer' || tls.mode === 'allow') {
+    return `${setting} checks no certificate and falls back to no encryption when the server offers none: ${fix}`;
+  }
+  return undefined;
+}
+
+/**
+ * DATABASE_AUTH=iam sends a token that logs anyone in as the user for 15 minutes: only over TLS
+ * (require or verify-full), except to this machine (a local proxy or tunnel, the tests' proxy).
+ */
+export function iamTlsProblem(tls: DatabaseTls, hosts: readonly string[]): string | undefined {
+  if (allLoopback(hosts) || tls.mode === 'require' || tls.mode === 'verify-full') return undefined;
+  const setting = tls.source === 'DATABASE_SSL' ? `DATABASE_SSL=${tls.mode}` : `the database URL's sslmode=${tls.mode}`;
+  const fix = tls.source === 'the URL' ? 'remove sslmode from the URL (the default is verify-full) or set DATABASE_SSL=verify-full' : 'unset DATABASE_SSL (the default is verify-full) or set it to verify-full';
+  return `DATABASE_AUTH=iam needs TLS to a database off this machine (the auth token logs anyone in as its user for 15 minutes), and ${setting} may send it unencrypted to ${hosts.join(',')}: ${fix}`;
+}
+
+/**
+ * KAFKA_SSL's default: on whenever the relay logs in (SASL) to brokers that are not all on this
+ * machine, so that credentials never cross a network in the clear by default.
+ */
+export function kafkaTlsDefault(sasl: boolean, brokers: readonly string[]): boolean {
+  return sasl && !allLoopback(brokers.map(brokerHost));
+}
+
+/**
+ * SASL PLAIN sends the password itself: refused over plaintext unless every broker is on this
+ * machine. (SCRAM never sends it, and stays allowed without TLS when asked for explicitly.)
+ */
+export function saslPlaintextProblem(kafka: { ssl: boolean; brokers: readonly string[] }, mechanism: SaslMechanism, secretId: string): string | undefined {
+  if (mechanism !== 'plain' || kafka.ssl || allLoopback(kafka.brokers.map(brokerHost))) return undefined;
+  return (
+    `the Kafka secret ${JSON.stringify(secretId)} (KAFKA_SECRET_ID) has mechanism plain, which sends the password as it is, and KAFKA_SSL=false would send it unencrypted to ${kafka.brokers.join(',')}: ` +
+    'unset KAFKA_SSL or set KAFKA_SSL=true (and point KAFKA_BROKERS at the TLS listener), or use mechanism scram-sha-512 in the secret'
+  );
+}
+
+/** True when the relay would log in to brokers off this machine without TLS: the secret's mechanism decides whether that is allowed. */
+export function saslWithoutTls(kafka: { ssl: boolean; brokers: readonly string[]; secretId?: string }): boolean {
+  return kafka.secretId !== undefined && !kafka.ssl && !allLoopback(kafka.brokers.map(brokerHost));
+}
+
+/** A warning for Kafka TLS that does not check the brokers' certificates. */
+export function kafkaTlsWarning(kafka: { ssl: boolean; sslRejectUnauthorized: boolean }): string | undefined {
+  if (!kafka.ssl || kafka.sslRejectUnauthorized) return undefined;
+  return (
+    "KAFKA_SSL_REJECT_UNAUTHORIZED=false: the brokers' certificates are not checked, so anyone on the network path can pose as a broker, read the events and the SASL credentials: " +
+    "set it to true (the default), and give Node a private CA with NODE_EXTRA_CA_CERTS instead"
+  );
+}

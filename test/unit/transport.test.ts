@@ -1,0 +1,249 @@
+// Secure transport by default (src/transport.ts and where config.ts and runtime.ts apply it): TLS
+// to Postgres verified unless the host is this machine, TLS to Kafka whenever the relay logs in
+// to brokers off this machine, SASL PLAIN never in the clear to another machine, and a warning
+// at start for every setting that encrypts without checking the other end. The Runtime tests
+// use listeners on this machine only (no shared service): what the relay sends first tells
+// whether it asked for TLS.
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import { describe, it } from 'node:test';
+import { loadConfig } from '../../src/config.ts';
+import { ConfigError, DatabaseError } from '../../src/errors.ts';
+import { createLogger } from '../../src/log.ts';
+import { Runtime } from '../../src/runtime.ts';
+import type { SecretSource } from '../../src/secrets.ts';
+import {
+  brokerHost,
+  databaseTls,
+  databaseTlsWarning,
+  iamTlsProblem,
+  isLoopbackHost,
+  kafkaTlsDefault,
+  kafkaTlsWarning,
+  saslPlaintextProblem,
+  urlHosts,
+} from '../../src/transport.ts';
+
+const remote = { DATABASE_URL: 'postgres://u:p@db.example.com:5432/db', KAFKA_BROKERS: 'b-1.example.com:9096,b-2.example.com:9096' };
+const local = { DATABASE_URL: 'postgres://u:p@127.0.0.1:5432/db', KAFKA_BROKERS: '127.0.0.1:9092' };
+
+describe('transport: what counts as this machine', () => {
+  it('localhost, 127.0.0.0/8, ::1 in any spelling, a Unix socket; nothing else', () => {
+    for (const h of ['localhost', 'LOCALHOST', 'localhost.', '127.0.0.1', '127.1.2.3', '::1', '[::1]', '0:0:0:0:0:0:0:1', '::ffff:127.0.0.1', '/var/run/postgresql']) {
+      assert.equal(isLoopbackHost(h), true, h);
+    }
+    for (const h of ['db.example.com', '10.0.0.5', '128.0.0.1', '0.0.0.0', '::', '::2', 'localhost.example.com', 'mylocalhost', '127.0.0.1.nip.io', '']) {
+      assert.equal(isLoopbackHost(h), false, h);
+    }
+  });
+
+  it("a URL's hosts as postgres.js splits them; a broker's host", () => {
+    assert.deepEqual(urlHosts('postgres://u:p@db.example.com:5432/db?sslmode=require'), ['db.example.com']);
+    assert.deepEqual(urlHosts('postgres://u:p@h1:5432,h2:5433/db'), ['h1', 'h2']);
+    assert.deepEqual(urlHosts('postgres://u:p@[::1]:5432/db'), ['::1']);
+    assert.deepEqual(urlHosts('postgresql://127.0.0.1/db'), ['127.0.0.1']);
+    assert.deepEqual(urlHosts('postgres://u:p%40x@localhost/db'), ['localhost']);
+    assert.deepEqual(urlHosts('postgres:///db'), []);
+    assert.equal(brokerHost('b-1.example.com:9096'), 'b-1.example.com');
+    assert.equal(brokerHost('[::1]:9092'), '::1');
+  });
+});
+
+describe('transport: TLS to Postgres', () => {
+  it('default: verify-full for a host off this machine, off for a loopback host (every host must be local)', () => {
+    assert.deepEqual(databaseTls(undefined, undefined, ['db.example.com']), { ssl: 'verify-full', mode: 'verify-full', source: 'the default' });
+    assert.deepEqual(databaseTls(undefined, 'postgres://u:p@db.example.com/db', ['db.example.com']), { ssl: 'verify-full', mode: 'verify-full', source: 'the default' });
+    assert.deepEqual(databaseTls(undefined, 'postgres://u:p@127.0.0.1/db', ['127.0.0.1']), { ssl: false, mode: 'disable', source: 'the default' });
+    assert.deepEqual(databaseTls(undefined, undefined, ['localhost', '::1']), { ssl: false, mode: 'disable', source: 'the default' });
+    assert.equal(databaseTls(undefined, undefined, ['localhost', 'db.example.com']).mode, 'verify-full');
+  });
+
+  it("DATABASE_SSL wins; else a URL's own sslmode (or ssl, or sslrootcert=system) is left to postgres.js", () => {
+    assert.deepEqual(databaseTls('require', 'postgres://u:p@127.0.0.1/db?sslmode=disable', ['127.0.0.1']), { ssl: 'require', mode: 'require', source: 'DATABASE_SSL' });
+    assert.deepEqual(databaseTls('disable', undefined, ['db.example.com']), { ssl: false, mode: 'disable', source: 'DATABASE_SSL' });
+    assert.deepEqual(databaseTls(undefined, 'postgres://u:p@db.example.com/db?sslmode=require', ['db.example.com']), { ssl: undefined, mode: 'require', source: 'the URL' });
+    assert.equal(databaseTls(undefined, 'postgres://u:p@db.example.com/db?sslmode=disable', ['db.example.com']).mode, 'disable');
+    assert.equal(databaseTls(undefined, 'postgres://u:p@db.example.com/db?ssl=true', ['db.example.com']).mode, 'verify-full');
+    assert.equal(databaseTls(undefined, 'postgres://u:p@db.example.com/db?sslrootcert=system', ['db.example.com']).mode, 'verify-full');
+    assert.equal(databaseTls(undefined, 'postgres://u:p@localhost/db?sslmode=prefer', ['localhost']).mode, 'prefer');
+    assert.equal(databaseTls(undefined, 'postgres://u:p@localhost/db?application_name=x', ['localhost']).mode, 'disable');
+  });
+
+  it('warns for require (and prefer/allow), naming the setting and the fix; not for verify-full or disable', () => {
+    const w = databaseTlsWarning(databaseTls('require', undefined, ['db.example.com']));
+    assert.match(w ?? '', /^DATABASE_SSL=require encrypts the database connection but checks no certificate.*use DATABASE_SSL=verify-full/);
+    assert.match(databaseTlsWarning(databaseTls(undefined, 'postgres://h/db?sslmode=require', ['h'])) ?? '', /^the database URL's sslmode=require/);
+    assert.match(databaseTlsWarning(databaseTls(undefined, 'postgres://h/db?sslmode=prefer', ['h'])) ?? '', /falls back to no encryption/);
+    assert.equal(databaseTlsWarning(databaseTls(undefined, undefined, ['db.example.com'])), undefined);
+    assert.equal(databaseTlsWarning(databaseTls('disable', undefined, ['db.example.com'])), undefined);
+  });
+
+  it('config: DATABASE_SSL names its default; a URL without a host is refused (the default could not tell where it goes)', () => {
+    assert.throws(() => loadConfig({ ...remote, DATABASE_SSL: 'prefer' }), /DATABASE_SSL="prefer" is not one of disable, require, verify-full \(default verify-full, or disable when the host is this machine\)/);
+    assert.throws(() => loadConfig({ ...remote, DATABASE_URL: 'postgres:///db' }), /DATABASE_URL names no host/);
+    assert.equal(loadConfig(remote).database.ssl, undefined, 'unset: decided per host when the host is known (a secret names it)');
+  });
+});
+
+describe('transport: DATABASE_AUTH=iam needs TLS off this machine', () => {
+  const iam = { ...remote, DATABASE_AUTH: 'iam', DATABASE_URL: 'postgres://relay@db.example.com:5432/app' };
+  const problemsOf = (env: Record<string, string>): string[] => {
+    try {
+      loadConfig(env);
+      return [];
+    } catch (err) {
+      assert.ok(err instanceof ConfigError);
+      return err.problems;
+    }
+  };
+
+  it('the rule: verify-full or require, unless every host is this machine', () => {
+    assert.equal(iamTlsProblem(databaseTls(undefined, undefined, ['db.example.com']), ['db.example.com']), undefined);
+    assert.equal(iamTlsProblem(databaseTls('require', undefined, ['db.example.com']), ['db.example.com']), undefined);
+    assert.equal(iamTlsProblem(databaseTls(undefined, undefined, ['127.0.0.1']), ['127.0.0.1']), undefined, 'a local proxy or tunnel: plaintext stays on the machine');
+    assert.match(iamTlsProblem(databaseTls('disable', undefined, ['db.example.com']), ['db.example.com']) ?? '', /^DATABASE_AUTH=iam needs TLS to a database off this machine .* DATABASE_SSL=disable may send it unencrypted to db\.example\.com: unset DATABASE_SSL/);
+    assert.match(iamTlsProblem(databaseTls(undefined, 'postgres://h/d?sslmode=prefer', ['h']), ['h']) ?? '', /the database URL's sslmode=prefer .*remove sslmode from the URL/);
+  });
+
+  it('config, with DATABASE_URL: refused at once without TLS, with a password, without a user, with several hosts; TLS by default is enough', () => {
+    assert.equal(loadConfig(iam).database.auth, 'iam');
+    assert.equal(loadConfig(remote).database.auth, 'password', 'the default');
+    assert.deepEqual(problemsOf({ ...iam, DATABASE_URL: 'postgres://relay@127.0.0.1:6543/app' }), [], 'loopback: no TLS needed');
+    assert.match(problemsOf({ ...iam, DATABASE_SSL: 'disable' }).join(), /^DATABASE_AUTH=iam needs TLS/);
+    assert.match(problemsOf({ ...iam, DATABASE_URL: 'postgres://relay@db.example.com/app?sslmode=allow' }).join(), /sslmode=allow may send it unencrypted/);
+    assert.deepEqual(problemsOf({ ...iam, DATABASE_URL: 'postgres://relay:pw@db.example.com/app' }), ['DATABASE_URL has a password, but DATABASE_AUTH=iam logs in with a token: remove the password (postgres://user@host:5432/db)']);
+    assert.deepEqual(problemsOf({ ...iam, DATABASE_URL: 'postgres://db.example.com/app' }), ['DATABASE_AUTH=iam needs the database user in DATABASE_URL, as the token is signed for it: postgres://user@host:5432/db']);
+    assert.match(problemsOf({ ...iam, DATABASE_URL: 'postgres://relay@h1:5432,h2:5432/app' }).join(), /signs a token for one host, and DATABASE_URL names several/);
+    assert.match(problemsOf({ ...iam, DATABASE_AUTH: 'token' }).join(), /DATABASE_AUTH="token" is not one of password, iam \(default password\)/);
+  });
+
+  it("with a secret: its password is not needed; the TLS rule is applied once its host is known, before any connection", async () => {
+    const secrets = new MapSecrets({ db: JSON.stringify({ username: 'relay', host: '0.0.0.0', port: 1, dbname: 'app' }) });
+    const rt = new Runtime(loadConfig({ ...remote, DATABASE_URL: '', DATABASE_SECRET_ID: 'db', DATABASE_AUTH: 'iam', DATABASE_SSL: 'disable' }), capture().logger, secrets);
+    try {
+      await assert.rejects(rt.database(), (err: unknown) => err instanceof ConfigError && /DATABASE_AUTH=iam needs TLS .* DATABASE_SSL=disable may send it unencrypted to 0\.0\.0\.0/.test(err.message));
+    } finally {
+      await rt.close();
+    }
+  });
+});
+
+describe('transport: TLS and SASL to Kafka', () => {
+  it('KAFKA_SSL defaults on when the relay logs in to brokers off this machine; off without SASL or when every broker is local; explicit wins', () => {
+    assert.equal(kafkaTlsDefault(true, ['b-1.example.com:9096']), true);
+    assert.equal(kafkaTlsDefault(true, ['127.0.0.1:9092', 'b-1.example.com:9096']), true);
+    assert.equal(kafkaTlsDefault(true, ['127.0.0.1:9092', '[::1]:9093']), false);
+    assert.equal(kafkaTlsDefault(false, ['b-1.example.com:9092']), false);
+    assert.equal(loadConfig({ ...remote, KAFKA_SECRET_ID: 'k' }).kafka.ssl, true);
+    assert.equal(loadConfig({ ...remote }).kafka.ssl, false);
+    assert.equal(loadConfig({ ...local, KAFKA_SECRET_ID: 'k' }).kafka.ssl, false);
+    assert.equal(loadConfig({ ...remote, KAFKA_SECRET_ID: 'k', KAFKA_SSL: 'false' }).kafka.ssl, false);
+    assert.equal(loadConfig({ ...local, KAFKA_SSL: 'true' }).kafka.ssl, true);
+  });
+
+  it('SASL PLAIN without TLS to a broker off this machine is refused, naming the variables; SCRAM, TLS or loopback brokers are not', () => {
+    const problem = saslPlaintextProblem({ ssl: false, brokers: ['b-1.example.com:9092'] }, 'plain', 'outbox/kafka');
+    assert.match(problem ?? '', /^the Kafka secret "outbox\/kafka" \(KAFKA_SECRET_ID\) has mechanism plain.*KAFKA_SSL=false would send it unencrypted to b-1\.example\.com:9092: unset KAFKA_SSL or set KAFKA_SSL=true.*scram-sha-512/);
+    assert.equal(saslPlaintextProblem({ ssl: false, brokers: ['b-1.example.com:9092'] }, 'scram-sha-512', 'k'), undefined);
+    assert.equal(saslPlaintextProblem({ ssl: true, brokers: ['b-1.example.com:9096'] }, 'plain', 'k'), undefined);
+    assert.equal(saslPlaintextProblem({ ssl: false, brokers: ['127.0.0.1:9092', 'localhost:9093'] }, 'plain', 'k'), undefined);
+  });
+
+  it('warns when TLS checks no broker certificate', () => {
+    assert.match(kafkaTlsWarning({ ssl: true, sslRejectUnauthorized: false }) ?? '', /^KAFKA_SSL_REJECT_UNAUTHORIZED=false: the brokers' certificates are not checked/);
+    assert.equal(kafkaTlsWarning({ ssl: true, sslRejectUnauthorized: true }), undefined);
+    assert.equal(kafkaTlsWarning({ ssl: false, sslRejectUnauthorized: false }), undefined, 'nothing to check without TLS');
+  });
+});
+
+/** A SecretSource that answers from a map and counts the reads. */
+class MapSecrets implements SecretSource {
+  reads = 0;
+  constructor(private readonly values: Record<string, string>) {}
+  get(secretId: string): Promise<string> {
+    this.reads++;
+    const v = this.values[secretId];
+    return v === undefined ? Promise.reject(new Error(`no secret ${secretId}`)) : Promise.resolve(v);
+  }
+}
+
+function capture(): { lines: Array<Record<string, unknown>>; logger: ReturnType<typeof createLogger> } {
+  const lines: Array<Record<string, unknown>> = [];
+  return { lines, logger: createLogger('info', {}, (l) => lines.push(JSON.parse(l) as Record<string, unknown>)) };
+}
+
+/** A TCP listener that keeps the first 8 bytes a client sends, then closes the connection. */
+async function firstBytes(host: string): Promise<{ port: number; seen: Promise<Buffer>; close(): Promise<void> }> {
+  let resolve!: (b: Buffer) => void;
+  const seen = new Promise<Buffer>((r) => (resolve = r));
+  const server = net.createServer((socket) => {
+    let got = Buffer.alloc(0);
+    socket.on('data', (d: Buffer) => {
+      got = Buffer.concat([got, d]);
+      if (got.length >= 8) {
+        resolve(got.subarray(0, 8));
+        socket.destroy();
+      }
+    });
+    socket.on('error', () => undefined);
+  });
+  await new Promise<void>((r) => server.listen(0, host, r));
+  return { port: (server.address() as net.AddressInfo).port, seen, close: () => new Promise<void>((r) => server.close(() => r())) };
+}
+
+// SSLRequest: length 8, then the code 80877103
+const SSL_REQUEST = Buffer.from([0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f]);
+
+describe('transport: the Runtime applies the rules', () => {
+  it('an RDS-style JSON secret (no sslmode) to a host off this machine: the relay asks for TLS first; to 127.0.0.1 it does not', async () => {
+    // 0.0.0.0 reaches this machine on Linux but is not a loopback name: it stands for a remote host
+    for (const [host, tls] of [['0.0.0.0', true], ['127.0.0.1', false]] as const) {
+      const listener = await firstBytes(host);
+      const secrets = new MapSecrets({ db: JSON.stringify({ username: 'u', password: 'p', host, port: listener.port, dbname: 'd' }) });
+      const { logger } = capture();
+      const rt = new Runtime(loadConfig({ DATABASE_SECRET_ID: 'db', KAFKA_BROKERS: '127.0.0.1:9092', DATABASE_CONNECT_TIMEOUT_MS: '300' }), logger, secrets);
+      try {
+        await assert.rejects(rt.database());
+        const first = await listener.seen;
+        assert.equal(first.equals(SSL_REQUEST), tls, `${host}: first packet ${first.toString('hex')}`);
+      } finally {
+        await rt.close();
+        await listener.close();
+      }
+    }
+  });
+
+  it('warns at start: KAFKA_SSL_REJECT_UNAUTHORIZED=false when the Runtime is built, DATABASE_SSL=require when the database is first reached; each once', async () => {
+    const { lines, logger } = capture();
+    const rt = new Runtime(loadConfig({ ...local, DATABASE_URL: 'postgres://u:p@127.0.0.1:1/db', DATABASE_SSL: 'require', KAFKA_SSL: 'true', KAFKA_SSL_REJECT_UNAUTHORIZED: 'false' }), logger);
+    try {
+      const warnings = () => lines.filter((l) => l.level === 'WARN').map((l) => String(l.message));
+      assert.deepEqual(warnings().map((m) => m.split(':')[0]), ['KAFKA_SSL_REJECT_UNAUTHORIZED=false']);
+      await assert.rejects(rt.database());
+      await assert.rejects(rt.database());
+      assert.deepEqual(warnings().map((m) => m.split(' ')[0]), ['KAFKA_SSL_REJECT_UNAUTHORIZED=false:', 'DATABASE_SSL=require']);
+    } finally {
+      await rt.close();
+    }
+  });
+
+  it('G8: SASL PLAIN from the Kafka secret with KAFKA_SSL=false to brokers off this machine fails the invocation as a configuration error before anything is claimed', async () => {
+    const secrets = new MapSecrets({ kafka: JSON.stringify({ username: 'u', password: 'p', mechanism: 'plain' }) });
+    const env = { ...remote, DATABASE_URL: 'postgres://u:p@127.0.0.1:1/db', KAFKA_SECRET_ID: 'kafka', KAFKA_SSL: 'false' };
+    const rt = new Runtime(loadConfig(env), capture().logger, secrets);
+    try {
+      await assert.rejects(rt.invoke(10_000), (err: unknown) => err instanceof ConfigError && /mechanism plain.*set KAFKA_SSL=true/.test(err.message));
+      assert.equal(secrets.reads, 1);
+    } finally {
+      await rt.close();
+    }
+    // SCRAM over plaintext is allowed when asked for: the invocation goes on to the database (closed port here)
+    const scram = new MapSecrets({ kafka: JSON.stringify({ username: 'u', password: 'p', mechanism: 'scram-sha-512' }) });
+    const rt2 = new Runtime(loadConfig(env), capture().logger, scram);
+    try {
+      await assert.rejects(rt2.invoke(10_000), DatabaseError);
+    } finally {
+      await rt2.close();
+    }
+  });
+});
