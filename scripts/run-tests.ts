@@ -19,7 +19,7 @@
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import kafkajs from 'kafkajs';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -36,8 +36,8 @@ const SERVICES = ['postgres', 'kafka', 'pgbouncer', 'moto', 'kafka-proxy-ports',
  * with other files a timer fires late enough to pass a deadline no fault explains. Alone, they
  * take ~20 s.
  */
-type Service = (typeof SERVICES)[number] | 'machine';
-type Claims = Map<Service, 'shared' | 'alone'>;
+export type Service = (typeof SERVICES)[number] | 'machine';
+export type Claims = Map<Service, 'shared' | 'alone'>;
 
 interface Job {
   name: string;
@@ -72,7 +72,7 @@ export function parseServices(file: string, text: string): Claims {
   return claims;
 }
 
-function jobs(): Job[] {
+export function jobs(): Job[] {
   const claimsOf = (file: string) => parseServices(file, readFileSync(join(ROOT, file), 'utf8'));
   const integration = testFiles('test/integration');
   const list: Job[] = [
@@ -94,7 +94,7 @@ function jobs(): Job[] {
 }
 
 /** Who holds each service now. */
-class Services {
+export class Services {
   private readonly holders = new Map<Service, { alone: boolean; count: number }>();
 
   /** The services of `claims` that are not free for it now. */
@@ -276,4 +276,5 @@ async function main(): Promise<void> {
   process.exitCode = failed.length > 0 ? 1 : 0;
 }
 
-await main();
+// run only as a script: the unit test imports the rules above
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) await main();
