@@ -99,7 +99,7 @@ describe('G6: a row cannot publish outside OUTBOX_TOPIC_PREFIX', () => {
 
     const { OUTBOX_TOPIC_PREFIX: _, ...unprefixed } = env;
     const refused = await runCli(['invoke'], unprefixed);
-    assert.equal(refused.code, 1, refused.stderr);
+    assert.equal(refused.code, 2, refused.stderr); // a configuration error: exit 2 (docs/operations.md)
     assert.match(refused.stderr, /ConfigError: invalid configuration:\n {2}- OUTBOX_TOPIC_PREFIX is required when OUTBOX_TOPIC_TEMPLATE \("\{aggregatetype\}"\) starts with a placeholder/);
     assert.ok((await rowStates(sql, f.table)).every((r) => !r.sent && r.attempts === 0), 'nothing claimed without the prefix');
 

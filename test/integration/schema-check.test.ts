@@ -226,7 +226,7 @@ describe('retention prunes what it can reach', () => {
         await sql.unsafe(`INSERT INTO ${sent} (id, aggregatetype, aggregateid, type, seq, created_at, sent_at, attempts) VALUES (gen_random_uuid(), 'order', 'old', 'Happened', 0, now() - interval '2 days', now() - interval '2 days', 0)`);
 
         const logs: string[] = [];
-        const s = await invoke(role.env(f, { OUTBOX_SENT_ROWS: mode, OUTBOX_RETAIN_SENT_MS: '3600000' }), logs);
+        const s = await invoke(role.env(f, { OUTBOX_SENT_ROWS: mode, OUTBOX_RETAIN_SENT_MS: '3600000', OUTBOX_RETAIN_SKIPPED_MS: '3600000' }), logs);
         assert.equal(s.published, 2);
         assert.equal(s.pruned, 3, `the skipped rows older than the window:\n${logs.join('\n')}`);
         const left = await sql.unsafe<{ id: string }[]>(`SELECT id FROM ${t}`);
