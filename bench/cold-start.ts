@@ -6,14 +6,18 @@
 // the rounds interleave the clients, and a round before them is not counted (it fills the file
 // cache). For reference, the init of a handler that imports nothing: what the runtime itself takes.
 //
-//   node --import tsx bench/cold-start.ts [--runs 7] [--clients kafkajs,platformatic] [--no-build]
+//   node --import tsx bench/cold-start.ts [--runs 7] [--clients kafkajs,platformatic]
+//                                          [--zip LABEL=PATH ...]
 //
 // It needs the local Postgres and Kafka (`npm run services:up`) and the emulator
-// (`bash scripts/lambda-runtime.sh install`); it builds the zip first (scripts/build.mjs
-// --lambda-only) unless --no-build. docs/benchmarks/cold-start.md has the results.
+// (`bash scripts/lambda-runtime.sh install`). It builds the zip (scripts/build.mjs --lambda-only)
+// and measures it, or measures the zips given with --zip instead, their cold starts interleaved
+// (two builds compared on the same machine at the same time, e.g. before and after a change).
+// docs/benchmarks/cold-start.md has the results.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { parse } from 'yaml';
@@ -28,8 +32,13 @@ const { values: args } = parseArgs({
   options: {
     runs: { type: 'string', default: '7' },
     clients: { type: 'string', default: KAFKA_CLIENTS.join(',') },
-    'no-build': { type: 'boolean', default: false },
+    zip: { type: 'string', multiple: true },
   },
+});
+const zips = (args.zip ?? []).map((z) => {
+  const eq = z.indexOf('=');
+  assert.ok(eq > 0, `--zip takes LABEL=PATH, got ${z}`);
+  return { label: z.slice(0, eq), path: z.slice(eq + 1) };
 });
 const runs = Number(args.runs);
 assert.ok(Number.isInteger(runs) && runs >= 1, `--runs must be a positive integer, got ${args.runs}`);
@@ -57,20 +66,29 @@ const fmt = (xs: number[]): string => (xs.length ? `${median(xs).toFixed(0)} (${
 
 async function main(): Promise<void> {
   run('bash', [join(ROOT, 'scripts', 'lambda-runtime.sh'), 'install']);
-  if (!args['no-build']) run(process.execPath, [join(ROOT, 'scripts', 'build.mjs'), '--lambda-only']);
+  if (!zips.length) {
+    run(process.execPath, [join(ROOT, 'scripts', 'build.mjs'), '--lambda-only']);
+    zips.push({ label: 'relay', path: join(ROOT, '.build', 'relay.zip') });
+  }
   mkdirSync(join(ROOT, '.cache'), { recursive: true });
-  // the zip unpacked as Lambda does into its task root; and a task root whose handler imports nothing
-  const taskRoot = mkdtempSync(join(ROOT, '.cache', 'cold-start-'));
-  run('unzip', ['-q', join(ROOT, '.build', 'relay.zip'), '-d', taskRoot]);
+  // each zip unpacked as Lambda does into its task root; and a task root whose handler imports nothing
+  const taskRoots = new Map<string, string>();
+  for (const z of zips) {
+    const dir = mkdtempSync(join(ROOT, '.cache', 'cold-start-'));
+    taskRoots.set(z.label, dir);
+    run('unzip', ['-q', z.path, '-d', dir]);
+  }
   const emptyRoot = mkdtempSync(join(ROOT, '.cache', 'cold-start-empty-'));
   writeFileSync(join(emptyRoot, 'handler.mjs'), 'export const handler = async () => ({});\n');
   const handler = (parse(readFileSync(join(ROOT, 'serverless.yml'), 'utf8')) as { functions: { relay: { handler: string } } }).functions.relay.handler;
 
   const sql = db();
   const f = await fixture(sql, 'coldstart');
-  const results = new Map<string, ColdStart[]>([...clients, 'reference'].map((k) => [k, []]));
+  const kinds = [...zips.flatMap((z) => clients.map((c) => `${z.label}, ${c}`)), 'reference'];
+  const results = new Map<string, ColdStart[]>(kinds.map((k) => [k, []]));
   let row = 0;
 
+  /** `kind`: "LABEL, CLIENT", or 'reference' */
   async function coldStart(kind: string): Promise<ColdStart> {
     if (kind === 'reference') {
       const e = await Emulator.start(emptyRoot, 'handler.handler', 30, {});
@@ -81,8 +99,9 @@ async function main(): Promise<void> {
         await e.stop();
       }
     }
+    const [label, client] = kind.split(', ') as [string, string];
     await insertEvents(sql, f.table, [{ aggregateid: `a-${row}`, payload: { row: row++ } }]);
-    const e = await Emulator.start(taskRoot, handler, 30, { ...f.env, OUTBOX_KAFKA_CLIENT: kind, OUTBOX_LOG_LEVEL: 'warn' });
+    const e = await Emulator.start(taskRoots.get(label)!, handler, 30, { ...f.env, OUTBOX_KAFKA_CLIENT: client, OUTBOX_LOG_LEVEL: 'warn' });
     try {
       const summary = await e.invokeOk();
       assert.equal(summary.published, 1, `the first invocation published ${summary.published} rows, not 1: ${JSON.stringify(summary)}`);
@@ -97,7 +116,6 @@ async function main(): Promise<void> {
   }
 
   try {
-    const kinds = [...clients, 'reference'];
     // one round not counted: the page cache, the emulator's and Node's first start
     for (const k of kinds) await coldStart(k);
     for (let i = 0; i < runs; i++) {
@@ -106,7 +124,7 @@ async function main(): Promise<void> {
       for (const k of order) {
         const r = await coldStart(k);
         results.get(k)!.push(r);
-        console.log(`run ${i + 1}/${runs} ${k.padEnd(12)} init ${r.initMs.toFixed(0)} ms${r.firstInvokeMs === undefined ? '' : `, first invocation ${r.firstInvokeMs.toFixed(0)} ms, peak RSS ${r.peakRssMiB?.toFixed(0)} MiB`}`);
+        console.log(`run ${i + 1}/${runs} ${k.padEnd(24)} init ${r.initMs.toFixed(0)} ms${r.firstInvokeMs === undefined ? '' : `, first invocation ${r.firstInvokeMs.toFixed(0)} ms, peak RSS ${r.peakRssMiB?.toFixed(0)} MiB`}`);
       }
     }
   } finally {
@@ -118,22 +136,22 @@ async function main(): Promise<void> {
       .then(() => admin.deleteTopics({ topics: [f.topic('order')] }))
       .catch(() => undefined)
       .finally(() => admin.disconnect());
-    rmSync(taskRoot, { recursive: true, force: true });
+    for (const dir of taskRoots.values()) rmSync(dir, { recursive: true, force: true });
     rmSync(emptyRoot, { recursive: true, force: true });
   }
 
-  const bundle = spawnSync('unzip', ['-l', join(ROOT, '.build', 'relay.zip')], { encoding: 'utf8' }).stdout.trim();
-  console.log(`\ncold-start: commit ${measuredCommit()}, ${new Date().toISOString()}, ${runs} cold starts each (median (min–max))`);
-  console.log(`zip contents:\n${bundle}\n`);
+  console.log(`\ncold-start: commit ${measuredCommit()}, ${new Date().toISOString()}, ${runs} cold starts each (median (min–max)), load average ${loadavg().map((l) => l.toFixed(1)).join(' ')}`);
+  for (const z of zips) console.log(`${z.label}: ${z.path}, ${statSync(z.path).size} bytes`);
+  console.log('');
   console.log('| handler | init, ms | first invocation, ms | init + first invocation, ms | peak RSS after it, MiB |');
   console.log('|---|---|---|---|---|');
-  const json: Record<string, unknown> = { commit: measuredCommit(), runs };
+  const json: Record<string, unknown> = { commit: measuredCommit(), runs, zips };
   for (const [k, rs] of results) {
     const init = rs.map((r) => r.initMs);
     const first = rs.flatMap((r) => (r.firstInvokeMs === undefined ? [] : [r.firstInvokeMs]));
     const total = rs.flatMap((r) => (r.firstInvokeMs === undefined ? [] : [r.initMs + r.firstInvokeMs]));
     const rss = rs.flatMap((r) => (r.peakRssMiB === undefined ? [] : [r.peakRssMiB]));
-    console.log(`| ${k === 'reference' ? 'reference (imports nothing)' : `relay, ${k}`} | ${fmt(init)} | ${fmt(first)} | ${fmt(total)} | ${fmt(rss)} |`);
+    console.log(`| ${k === 'reference' ? 'reference (imports nothing)' : k} | ${fmt(init)} | ${fmt(first)} | ${fmt(total)} | ${fmt(rss)} |`);
     json[k] = { initMs: init, firstInvokeMs: first, peakRssMiB: rss.map((x) => Math.round(x)), medianInitMs: median(init), medianFirstInvokeMs: first.length ? median(first) : undefined };
   }
   console.log(JSON.stringify(json));

@@ -8,11 +8,13 @@
 // function killed at its timeout. One test needs the crash-window pause, which every build
 // leaves out (src/test-hooks.ts): it runs the same bundle built with the test hooks on
 // (scripts/build.mjs --test-hooks), and another shows that the deployed zip cannot be paused.
+// And the zip's code splitting: a cold start loads only the configured Kafka client's chunks.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import { join } from 'node:path';
+import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { basename, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { Sql } from 'postgres';
 import { parse } from 'yaml';
 import { consumeAll, copiesById, counts, db, fixture, insertEvents, ROOT, type Fixture } from './helpers.ts';
@@ -28,6 +30,8 @@ let taskRoot: string;
 let testHooksRoot: string;
 let handler: string;
 const emulators: Emulator[] = [];
+/** files a test wrote beside the task roots */
+const recorders: string[] = [];
 
 before(() => {
   sql = db();
@@ -46,7 +50,9 @@ before(() => {
   const hooks = spawnSync(process.execPath, [join(ROOT, 'scripts', 'build.mjs'), '--test-hooks'], { cwd: ROOT, encoding: 'utf8', timeout: 180_000 });
   assert.equal(hooks.status, 0, `scripts/build.mjs --test-hooks failed:\n${hooks.stdout}${hooks.stderr}`);
   testHooksRoot = mkdtempSync(join(ROOT, '.cache', 'lambda-task-hooks-'));
-  for (const file of readdirSync(taskRoot)) copyFileSync(join(TEST_HOOKS_BUNDLE, file), join(testHooksRoot, file));
+  // laid out as the zip (handler.mjs, chunks/, THIRD-PARTY-NOTICES.txt), chunks named by their own content
+  cpSync(TEST_HOOKS_BUNDLE, testHooksRoot, { recursive: true });
+  assert.deepEqual(readdirSync(testHooksRoot).sort(), readdirSync(taskRoot).sort(), 'the test-hooks bundle is laid out as the zip');
   // the handler exactly as the deployed function names it
   const sls = parse(readFileSync(join(ROOT, 'serverless.yml'), 'utf8')) as { functions: { relay: { handler: string } } };
   handler = sls.functions.relay.handler;
@@ -57,6 +63,7 @@ after(async () => {
   await sql.end();
   rmSync(taskRoot, { recursive: true, force: true });
   rmSync(testHooksRoot, { recursive: true, force: true });
+  for (const file of recorders) rmSync(file, { force: true });
 });
 
 /** `root`: the task root, the deployed zip's unless a test needs the test hooks (testHooksRoot) */
@@ -116,6 +123,46 @@ describe('the packaged zip under the Lambda Runtime Interface Emulator', () => {
     const finished2 = e.jsonLines().filter((l) => l.message === 'invocation finished');
     assert.equal(finished2.at(-1)!.cold_start, false);
     assert.equal((await consumeAll([f.topic('order')], 2_300, 30_000)).length, 2_300);
+  });
+
+  it('only the configured Kafka client is loaded: a cold start that publishes with kafkajs loads no code of @platformatic/kafka, and one with platformatic none of kafkajs; each relays its rows from the zip', async () => {
+    // every module the runtime process loads, by a load hook preloaded into it (node:module registerHooks)
+    const recorder = join(taskRoot, '..', `${basename(taskRoot)}-record-loads.mjs`);
+    writeFileSync(
+      recorder,
+      "import { appendFileSync } from 'node:fs';\nimport { registerHooks } from 'node:module';\nregisterHooks({ load(url, context, next) { appendFileSync(process.env.RECORD_LOADS_TO, url + '\\n'); return next(url, context); } });\n",
+    );
+    recorders.push(recorder);
+    const library = { kafkajs: 'kafkajs', platformatic: '@platformatic/kafka' } as const;
+    for (const client of ['kafkajs', 'platformatic'] as const) {
+      const f = await fixture(sql, `rieclient_${client}`);
+      await insertEvents(sql, f.table, Array.from({ length: 50 }, (_, i) => ({ aggregateid: `a-${i % 5}`, payload: { i } })));
+      const loads = `${recorder}.${client}.txt`;
+      recorders.push(loads);
+      const e = await emulator(f, 30, { OUTBOX_KAFKA_CLIENT: client, NODE_OPTIONS: `--enable-source-maps --import ${pathToFileURL(recorder).href}`, RECORD_LOADS_TO: loads });
+      const summary = await e.invokeOk();
+      assert.equal(summary.published, 50, JSON.stringify(summary));
+      assert.equal((await consumeAll([f.topic('order')], 50, 30_000)).length, 50);
+
+      // the files of the zip the runtime loaded, and the packages their source maps name
+      const loaded = readFileSync(loads, 'utf8')
+        .split('\n')
+        .filter((u) => u.startsWith(pathToFileURL(taskRoot).href + '/'))
+        .map((u) => fileURLToPath(u).slice(taskRoot.length + 1));
+      assert.ok(loaded.includes('handler.mjs'), `the handler was loaded: ${loaded.join(', ')}`);
+      const packages = new Set(
+        loaded.flatMap((file) =>
+          (JSON.parse(readFileSync(join(taskRoot, `${file}.map`), 'utf8')) as { sources: string[] }).sources.flatMap((src) => {
+            const m = /node_modules\/((?:@[^/]+\/)?[^/]+)\/(?!.*node_modules\/)/.exec(src);
+            return m ? [m[1]!] : [];
+          }),
+        ),
+      );
+      const other = client === 'kafkajs' ? 'platformatic' : 'kafkajs';
+      assert.ok(packages.has(library[client]), `${client}: its library was loaded (${[...packages].sort().join(', ')})`);
+      assert.ok(!packages.has(library[other]), `${client}: no code of ${library[other]} was loaded; loaded: ${loaded.join(', ')}`);
+      await e.stop();
+    }
   });
 
   it('G1/G2: killed at the function timeout between a batch\'s ack and its COMMIT ("Task timed out", a failure): the next invocation re-sends exactly that batch and delivers the rest', async () => {
