@@ -5,7 +5,7 @@ import postgres, { type Sql } from 'postgres';
 import { Deadline } from './budget.ts';
 import type { Config } from './config.ts';
 import { BrokerUnavailableError, DatabaseError, DeadlineExceededError } from './errors.ts';
-import { createPublisher } from './kafka/clients.ts';
+import { createPublisher, preloadKafkaClient } from './kafka/clients.ts';
 import type { Logger } from './log.ts';
 import type { Publisher } from './loop/ports.ts';
 import { backlog, type Backlog } from './outbox/admin.ts';
@@ -158,6 +158,8 @@ export class Runtime {
   /** One invocation: the loop of docs/DESIGN.md ("The invocation loop"), deadline = now + remaining - safety margin. */
   async invoke(remainingMs: number, logger: Logger = this.logger): Promise<Summary> {
     const deadline = Deadline.fromRemaining(remainingMs, this.config.outbox.safetyMarginMs);
+    // a cold start: the Kafka client's module loads while the database connects (a no-op once loaded)
+    if (!this.publisherInstance) preloadKafkaClient(this.config.kafka.client);
     const deps = (store: OutboxStore) => ({
       store,
       publisher: this.publisher(),

@@ -12,11 +12,26 @@ import { ProducerPublisher, type KafkaClient, type PublisherOptions } from './pr
 
 type ClientLoader = (kafka: Config['kafka'], logger: Logger) => Promise<KafkaClient>;
 
-/** Each client's module, imported on first use (a dynamic import: a chunk of its own in the bundle). */
+/** Each client's module (a dynamic import: a chunk of its own in the bundle). */
+const CLIENT_MODULES = {
+  kafkajs: () => import('./kafkajs.ts'),
+  platformatic: () => import('./platformatic.ts'),
+} satisfies Record<KafkaClientName, () => Promise<unknown>>;
+
+/** Each client, its module imported on first use. */
 export const CLIENT_LOADERS: Record<KafkaClientName, ClientLoader> = {
-  kafkajs: async (kafka, logger) => new (await import('./kafkajs.ts')).KafkajsClient(kafka, logger),
-  platformatic: async (kafka) => new (await import('./platformatic.ts')).PlatformaticClient(kafka),
+  kafkajs: async (kafka, logger) => new (await CLIENT_MODULES.kafkajs()).KafkajsClient(kafka, logger),
+  platformatic: async (kafka) => new (await CLIENT_MODULES.platformatic()).PlatformaticClient(kafka),
 };
+
+/**
+ * Starts importing the client's module, ahead of its first connect: Runtime.invoke does it as an
+ * invocation starts, so that a cold start parses the library while it waits on the database and
+ * the secrets. A failure is left to the connect, which reports it (KafkaClientLoadError).
+ */
+export function preloadKafkaClient(client: KafkaClientName): void {
+  CLIENT_MODULES[client]().catch(() => undefined);
+}
 
 /**
  * The configured client (`kafka.client`). Its module is imported at the first connect, once; an
