@@ -1,10 +1,11 @@
 // OUTBOX_KAFKA_CLIENT → the client library a Publisher uses. Everything else about publishing is
 // the same for both (producer-publisher.ts).
 //
-// A client's module, and the library with it, is imported when its first producer connects, not
-// when this module is: a Lambda cold start then parses only the configured library (kafkajs is
-// ~280 KB of the minified bundle, @platformatic/kafka and its dependencies ~750 KB), which
-// scripts/build.mjs puts in chunks of their own. docs/benchmarks/cold-start.md measured it.
+// A client's module, and the library with it, is imported on first use (an invocation starting,
+// or a producer connecting), never when this module is: a Lambda cold start then parses only the
+// configured library (kafkajs is ~280 KB of the minified bundle, @platformatic/kafka and its
+// dependencies ~760 KB), which scripts/build.mjs puts in chunks of their own.
+// docs/benchmarks/cold-start.md measured what that saves.
 import type { Config, KafkaClientName } from '../config.ts';
 import { KafkaClientLoadError } from '../errors.ts';
 import type { Logger } from '../log.ts';
