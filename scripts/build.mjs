@@ -1,42 +1,56 @@
 // Bundles the Lambda handler (and the CLI, when present) with esbuild and zips the Lambda bundle.
 //
-//   node scripts/build.mjs                → .build/relay/handler.mjs(.map), .build/relay.zip, dist/cli.js
+//   node scripts/build.mjs                → .build/relay/ (handler.mjs, chunks/, source maps,
+//                                           THIRD-PARTY-NOTICES.txt), .build/relay.zip, dist/cli.js
 //   node scripts/build.mjs --lambda-only  → the Lambda bundle and zip only (what scripts/package.sh needs;
 //                                           a dist/cli.js left behind would shadow src/cli.ts for
 //                                           bin/outbox-relay.js while developing)
-//   node scripts/build.mjs --test-hooks   → .build/relay-test-hooks/handler.mjs(.map) only: the Lambda
-//                                           bundle with the test hooks on, never zipped (for
+//   node scripts/build.mjs --test-hooks   → .build/relay-test-hooks/, laid out as .build/relay/: the
+//                                           Lambda bundle with the test hooks on, never zipped (for
 //                                           test/integration/lambda-runtime.test.ts)
 //
 // Decisions, so nobody has to rediscover them:
-// - One ESM file per entry, platform node, target node24 (the Lambda runtime and our pinned Node).
+// - ESM, platform node, target node24 (the Lambda runtime and our pinned Node). The entry is
+//   handler.mjs at the zip's root (serverless.yml: handler.handler); code split off it goes to
+//   chunks/*.mjs (.mjs: the zip has no package.json saying "type": "module").
+// - Code splitting, for the Kafka clients: src/kafka/clients.ts imports the configured client's
+//   module on first use, and each client (kafkajs ~280 KB minified, @platformatic/kafka with its
+//   dependencies ~750 KB) lands in chunks of its own, so a cold start parses only the configured
+//   one and never the other (docs/benchmarks/cold-start.md measured what that saves).
 // - CommonJS dependencies (kafkajs) call require() on Node built-ins; an ESM bundle has no
-//   `require`, so the banner creates one with createRequire (plus __filename/__dirname).
+//   `require`, so the banner creates one with createRequire (plus __filename/__dirname). esbuild
+//   puts the banner at the top of every output file, chunks too: each is a module of its own.
 // - The AWS SDK v3 is BUNDLED, not marked external, although nodejs24.x ships one: the runtime's
 //   copy is whatever version AWS installed that month, while the bundled one is the version in our
 //   lock file that the tests ran against. Only @aws-sdk/client-secrets-manager and its smithy
 //   pieces are pulled in, tree-shaken and minified, so the cost is a few hundred KB, loaded once
 //   per cold start of a function that runs once a minute.
-// - Source maps are written next to the bundle (without the sources, to keep the zip small) and
-//   NODE_OPTIONS=--enable-source-maps in serverless.yml turns stack traces back into src/ lines.
-// - The SQL migrations (src/outbox/migrations/*.sql) are embedded as globalThis.__OUTBOX_MIGRATIONS__
-//   (see loadMigrations in src/outbox/migrate.ts): a bundle has no src/ directory to read them from.
+// - Source maps are written next to each output file (without the sources, to keep the zip small)
+//   and NODE_OPTIONS=--enable-source-maps in serverless.yml turns stack traces back into src/
+//   lines. Node reads a module's map when it loads the module: a chunk not loaded costs nothing.
+// - The SQL migrations (src/outbox/migrations/*.sql) are embedded by `define` as the value of
+//   globalThis.__OUTBOX_MIGRATIONS__ (see loadMigrations in src/outbox/migrate.ts), once, where it
+//   is read: a bundle has no src/ directory to read them from.
 // - @platformatic/kafka's CRC32C and codecs come from @platformatic/wasm-utils, whose main entry
 //   reads native.wasm from a path relative to its own file, which a bundle does not have (the
 //   import fails at load: ENOENT .../dist/native.wasm). Its `bundled` entry embeds the same wasm:
 //   the alias below makes the bundle use that one.
-// - The zip is reproducible: fixed entry order, fixed timestamps and modes, so an unchanged
-//   bundle gives a byte-identical zip and CloudFormation sees no code change.
+// - License notices: THIRD-PARTY-NOTICES.txt in the zip lists every bundled package with its
+//   license and notice files (scripts/third-party-notices.mjs, from esbuild's metafile). The code
+//   keeps no license comment (`legalComments: 'none'`): the only ones are coverage pragmas.
+// - The zip is reproducible: fixed entry order, fixed timestamps and modes, content-hashed chunk
+//   names, so an unchanged bundle gives a byte-identical zip and CloudFormation sees no code change.
 // - The test hooks (src/test-hooks.ts: OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS) are compiled out of every
 //   build: `define` makes __OUTBOX_TEST_HOOKS__ false, so their code is dead and removed, and no
 //   setting of a deployed function can turn one on. Only --test-hooks builds them in, into a
 //   directory of its own that nothing zips or packages.
 import { build } from 'esbuild';
 import { createWriteStream, existsSync } from 'node:fs';
-import { mkdir, readdir, readFile, rm, stat } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
+import { mkdir, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { dirname, join, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import yazl from 'yazl';
+import { thirdPartyNotices } from './third-party-notices.mjs';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const outDir = join(root, '.build', 'relay');
@@ -44,6 +58,8 @@ const testHooksDir = join(root, '.build', 'relay-test-hooks');
 const zipPath = join(root, '.build', 'relay.zip');
 const handlerEntry = join(root, 'src', 'handler.ts');
 const cliEntry = join(root, 'src', 'cli.ts');
+const distDir = join(root, 'dist');
+const NOTICES = 'THIRD-PARTY-NOTICES.txt';
 
 const migrationsDir = join(root, 'src', 'outbox', 'migrations');
 
@@ -71,6 +87,8 @@ const runtimeBanner = [
 
 /** @type {import('esbuild').BuildOptions} */
 const common = {
+  // the metafile's paths are relative to it (third-party-notices.mjs reads the packages there)
+  absWorkingDir: root,
   bundle: true,
   platform: 'node',
   format: 'esm',
@@ -86,15 +104,46 @@ const common = {
   legalComments: 'none',
   logLevel: 'warning',
   metafile: true,
+  splitting: true,
+  chunkNames: 'chunks/[name]-[hash]',
+  banner: { js: runtimeBanner },
   alias: { '@platformatic/wasm-utils': '@platformatic/wasm-utils/bundled' },
-  define: { __OUTBOX_TEST_HOOKS__: 'false' },
 };
 
-async function zipDirectory(files, target) {
+/** `define`: the test hooks on or off, and the migrations embedded (when there are any). */
+function defines(testHooks, migrations) {
+  return {
+    __OUTBOX_TEST_HOOKS__: String(testHooks),
+    ...(migrations.length ? { 'globalThis.__OUTBOX_MIGRATIONS__': JSON.stringify(migrations) } : {}),
+  };
+}
+
+/** The Lambda bundle into `dir`: handler.mjs, chunks/*.mjs, a source map beside each. */
+function buildLambda(dir, testHooks, migrations) {
+  return build({
+    ...common,
+    entryPoints: [handlerEntry],
+    outdir: dir,
+    entryNames: '[name]',
+    outExtension: { '.js': '.mjs' },
+    define: defines(testHooks, migrations),
+  });
+}
+
+/** Every file under `dir`, as zip entry names (forward slashes), sorted by code point. */
+async function filesUnder(dir) {
+  const entries = await readdir(dir, { recursive: true, withFileTypes: true });
+  return entries
+    .filter((e) => e.isFile())
+    .map((e) => join(e.parentPath, e.name).slice(dir.length + 1).split(sep).join('/'))
+    .sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+}
+
+async function zipDirectory(dir, names, target) {
   const zip = new yazl.ZipFile();
   const mtime = new Date('2000-01-01T00:00:00Z');
-  for (const [name, path] of files) {
-    zip.addBuffer(await readFile(path), name, { mtime, mode: 0o100644, compress: true });
+  for (const name of names) {
+    zip.addBuffer(await readFile(join(dir, name)), name, { mtime, mode: 0o100644, compress: true });
   }
   zip.end();
   await new Promise((resolve, reject) => {
@@ -107,24 +156,24 @@ async function zipDirectory(files, target) {
 
 const kb = (bytes) => `${(bytes / 1024).toFixed(1)} KB`;
 
+async function sizeOf(dir, names) {
+  let total = 0;
+  for (const name of names) total += (await stat(join(dir, name))).size;
+  return total;
+}
+
 async function main() {
   if (!existsSync(handlerEntry)) {
     throw new Error(`cannot build the Lambda bundle: ${handlerEntry} does not exist`);
   }
   const migrations = await readMigrations();
-  const embed = migrations.length ? `\nglobalThis.__OUTBOX_MIGRATIONS__ = ${JSON.stringify(migrations)};` : '';
-  const banner = { js: runtimeBanner + embed };
 
   if (process.argv.includes('--test-hooks')) {
     await rm(testHooksDir, { recursive: true, force: true });
-    await build({
-      ...common,
-      define: { __OUTBOX_TEST_HOOKS__: 'true' },
-      banner,
-      entryPoints: [handlerEntry],
-      outfile: join(testHooksDir, 'handler.mjs'),
-    });
-    console.log(`test bundle    .build/relay-test-hooks/handler.mjs  ${kb((await stat(join(testHooksDir, 'handler.mjs'))).size)} (test hooks on; not for deployment)`);
+    const hooked = await buildLambda(testHooksDir, true, migrations);
+    await writeFile(join(testHooksDir, NOTICES), thirdPartyNotices(hooked.metafile, root).text);
+    const code = (await filesUnder(testHooksDir)).filter((f) => f.endsWith('.mjs'));
+    console.log(`test bundle    .build/relay-test-hooks/  ${kb(await sizeOf(testHooksDir, code))} in ${code.length} files (test hooks on; not for deployment)`);
     return;
   }
 
@@ -132,45 +181,38 @@ async function main() {
   await rm(zipPath, { force: true });
   await mkdir(outDir, { recursive: true });
 
-  const lambda = await build({
-    ...common,
-    banner,
-    entryPoints: [handlerEntry],
-    outfile: join(outDir, 'handler.mjs'),
-  });
+  const lambda = await buildLambda(outDir, false, migrations);
+  const code = (await filesUnder(outDir)).filter((f) => f.endsWith('.mjs'));
   // what the define promises, checked on the bundle: no test hook's setting or code is left in it
-  const leaked = (await readFile(join(outDir, 'handler.mjs'), 'utf8')).match(/OUTBOX_TEST_\w*|test hook: [^"'`]*/);
-  if (leaked) throw new Error(`the Lambda bundle still holds a test hook (${leaked[0]}): guard it as src/test-hooks.ts says`);
-  const inputs = Object.keys(lambda.metafile.inputs).filter((p) => !p.startsWith('src/'));
-  const packages = new Set(inputs.map((p) => p.match(/node_modules\/((?:@[^/]+\/)?[^/]+)/)?.[1]).filter(Boolean));
+  for (const file of code) {
+    const leaked = (await readFile(join(outDir, file), 'utf8')).match(/OUTBOX_TEST_\w*|test hook: [^"'`]*/);
+    if (leaked) throw new Error(`the Lambda bundle still holds a test hook (${leaked[0]}, in ${file}): guard it as src/test-hooks.ts says`);
+  }
+  const notices = thirdPartyNotices(lambda.metafile, root);
+  await writeFile(join(outDir, NOTICES), notices.text);
 
-  await zipDirectory(
-    [
-      ['handler.mjs', join(outDir, 'handler.mjs')],
-      ['handler.mjs.map', join(outDir, 'handler.mjs.map')],
-    ],
-    zipPath,
-  );
-  const bundleSize = (await stat(join(outDir, 'handler.mjs'))).size;
+  await zipDirectory(outDir, await filesUnder(outDir), zipPath);
   const zipSize = (await stat(zipPath)).size;
-  console.log(`lambda bundle  .build/relay/handler.mjs  ${kb(bundleSize)} (${packages.size} packages)`);
+  console.log(`lambda bundle  .build/relay/handler.mjs + chunks/  ${kb(await sizeOf(outDir, code))} in ${code.length} files (${notices.packages.length} packages, ${NOTICES})`);
   console.log(`lambda zip     .build/relay.zip          ${kb(zipSize)}`);
 
   if (process.argv.includes('--lambda-only')) return;
   if (existsSync(cliEntry)) {
     // The CLI keeps its dependencies external: it runs from an installed package whose
-    // node_modules are there, and bin/outbox-relay.js prefers dist/cli.js over tsx.
+    // node_modules are there, and bin/outbox-relay.js prefers dist/cli.js over tsx. Split like
+    // the Lambda bundle, so a command imports only the configured Kafka client.
+    await rm(distDir, { recursive: true, force: true });
     await build({
       ...common,
-      banner,
+      define: defines(false, migrations),
       // the CLI and the library entry (enqueue() for applications; package.json "exports")
       entryPoints: [cliEntry, join(root, 'src', 'index.ts')],
-      outdir: join(root, 'dist'),
+      outdir: distDir,
       packages: 'external',
       minify: false,
       metafile: false,
     });
-    console.log('cli, library   dist/cli.js, dist/index.js');
+    console.log('cli, library   dist/cli.js, dist/index.js (+ dist/chunks/)');
   } else {
     console.log('cli            skipped (src/cli.ts does not exist yet)');
   }

@@ -49,6 +49,21 @@ export class UnexpectedKafkaError extends RelayError {
   readonly retriable = true;
 }
 
+/**
+ * The configured Kafka client's module could not be imported (it is loaded on first use,
+ * src/kafka/clients.ts): a deployment missing part of the bundle, or a missing dependency.
+ * Handled like an unavailable broker (the invocation stops, no row is charged), named apart.
+ */
+export class KafkaClientLoadError extends RelayError {
+  readonly retriable = false;
+  constructor(client: string, cause: unknown) {
+    super(
+      `the Kafka client ${client} (OUTBOX_KAFKA_CLIENT) could not be loaded: ${describe(cause)}; deploy the whole zip scripts/build.mjs makes (handler.mjs with its chunks/ directory), or run npm ci where the relay runs from source`,
+      { cause },
+    );
+  }
+}
+
 /** One message could not be published for a reason tied to that message (size, topic, ACL). */
 export class MessageRejectedError extends RelayError {
   readonly retriable = true;

@@ -6,7 +6,7 @@ import { Deadline } from './budget.ts';
 import type { Config } from './config.ts';
 import type { KafkaCredentials } from './domain.ts';
 import { BrokerUnavailableError, ConfigError, DatabaseError, DeadlineExceededError } from './errors.ts';
-import { createPublisher } from './kafka/clients.ts';
+import { createPublisher, preloadKafkaClient } from './kafka/clients.ts';
 import type { Logger } from './log.ts';
 import type { Publisher } from './loop/ports.ts';
 import { backlog, type Backlog } from './outbox/admin.ts';
@@ -216,6 +216,8 @@ export class Runtime {
   /** One invocation: the loop of docs/DESIGN.md ("The invocation loop"), deadline = now + remaining - safety margin. */
   async invoke(remainingMs: number, logger: Logger = this.logger): Promise<Summary> {
     const deadline = Deadline.fromRemaining(remainingMs, this.config.outbox.safetyMarginMs);
+    // a cold start: the Kafka client's module loads while the database connects (a no-op once loaded)
+    if (!this.publisherInstance) preloadKafkaClient(this.config.kafka.client);
     // SASL without TLS to brokers off this machine: whether that is allowed depends on the
     // secret's mechanism, so read it (once per container; the producer reuses it) before anything
     // is claimed, and fail as a configuration error rather than as an unavailable broker

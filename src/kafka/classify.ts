@@ -13,7 +13,7 @@
 //            the same records once more, charge no row
 //   auth     the broker refused our credentials (rotated): read the secret again, reconnect, retry once
 //   broker   the broker or the network is down or too slow: stop the invocation, charge no row
-import { BrokerUnavailableError, DeadlineExceededError, MessageRejectedError, UnexpectedKafkaError, type RelayError } from '../errors.ts';
+import { BrokerUnavailableError, DeadlineExceededError, KafkaClientLoadError, MessageRejectedError, UnexpectedKafkaError, type RelayError } from '../errors.ts';
 
 /** errors about the records themselves: retrying the same bytes can never succeed */
 const RECORD_ERRORS = new Set(['MESSAGE_TOO_LARGE', 'RECORD_LIST_TOO_LARGE', 'INVALID_RECORD']);
@@ -121,7 +121,8 @@ const TOPIC_HINTS: Record<string, string> = {
 };
 
 export function classifySendError(err: unknown, topic: string): SendFailure {
-  if (err instanceof DeadlineExceededError) return { scope: 'broker', error: err };
+  // already ours, and saying what is wrong: passed on as they are
+  if (err instanceof DeadlineExceededError || err instanceof KafkaClientLoadError) return { scope: 'broker', error: err };
   const types = errorTypes(err);
   const message = err instanceof Error ? err.message : String(err);
   // the order matters: a SASL failure during a reconnect can be wrapped with the retried error

@@ -8,204 +8,21 @@
 // function killed at its timeout. One test needs the crash-window pause, which every build
 // leaves out (src/test-hooks.ts): it runs the same bundle built with the test hooks on
 // (scripts/build.mjs --test-hooks), and another shows that the deployed zip cannot be paused.
+// And the zip's code splitting: a cold start loads only the configured Kafka client's chunks.
 import assert from 'node:assert/strict';
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import net from 'node:net';
-import { join } from 'node:path';
+import { spawnSync } from 'node:child_process';
+import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { basename, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { Sql } from 'postgres';
 import { parse } from 'yaml';
 import { consumeAll, copiesById, counts, db, fixture, insertEvents, ROOT, type Fixture } from './helpers.ts';
+import { Emulator, type Invocation } from './lambda-emulator.ts';
 
-const RIE = join(ROOT, '.cache', 'lambda-rie', 'bin', 'aws-lambda-rie');
-const RIC = join(ROOT, '.cache', 'lambda-ric', 'node_modules', 'aws-lambda-ric', 'index.mjs');
 const ZIP = join(ROOT, '.build', 'relay.zip');
 /** the Lambda bundle with the test hooks on (scripts/build.mjs --test-hooks): never deployed */
 const TEST_HOOKS_BUNDLE = join(ROOT, '.build', 'relay-test-hooks');
-
-/** what EventBridge sends a function on a `rate(1 minute)` schedule */
-function scheduledEvent(): Record<string, unknown> {
-  return {
-    version: '0',
-    id: crypto.randomUUID(),
-    'detail-type': 'Scheduled Event',
-    source: 'aws.events',
-    account: '123456789012',
-    time: new Date().toISOString().replace(/\.\d{3}Z$/, 'Z'),
-    region: 'us-east-1',
-    resources: ['arn:aws:events:us-east-1:123456789012:rule/outbox-relay-test-relay-schedule'],
-    detail: {},
-  };
-}
-
-async function freePort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
-
-type Invocation =
-  | { outcome: 'ok'; summary: Summary }
-  | { outcome: 'timed-out'; body: string }
-  | { outcome: 'error'; status: number; body: string; errorType?: string; errorMessage?: string };
-interface Summary {
-  published: number;
-  batches: number;
-  stoppedBecause: string;
-  durationMs: number;
-}
-
-/** One emulator with one function, as one Lambda execution environment: warm between invocations. */
-class Emulator {
-  private log = '';
-  private constructor(
-    private readonly child: ChildProcess,
-    private readonly port: number,
-  ) {
-    child.stdout!.on('data', (d: Buffer) => (this.log += d.toString()));
-    child.stderr!.on('data', (d: Buffer) => (this.log += d.toString()));
-  }
-
-  static async start(taskRoot: string, handler: string, timeoutSeconds: number, env: Record<string, string>): Promise<Emulator> {
-    const [port, apiPort] = [await freePort(), await freePort()];
-    const child = spawn(
-      RIE,
-      ['--runtime-interface-emulator-address', `127.0.0.1:${port}`, '--runtime-api-address', `127.0.0.1:${apiPort}`, process.execPath, RIC, handler],
-      {
-        cwd: taskRoot,
-        // what Lambda gives a nodejs24.x function, plus the function's own environment (serverless.yml)
-        env: {
-          PATH: process.env.PATH ?? '',
-          HOME: '/tmp',
-          LAMBDA_TASK_ROOT: taskRoot,
-          AWS_LAMBDA_FUNCTION_NAME: 'outbox-relay-test-relay',
-          AWS_LAMBDA_FUNCTION_MEMORY_SIZE: '512',
-          AWS_LAMBDA_FUNCTION_TIMEOUT: String(timeoutSeconds),
-          AWS_REGION: 'us-east-1',
-          // Lambda sets it; this emulator does not, and Powertools reports cold starts only with it
-          AWS_LAMBDA_INITIALIZATION_TYPE: 'on-demand',
-          NODE_OPTIONS: '--enable-source-maps',
-          KAFKAJS_NO_PARTITIONER_WARNING: '1',
-          ...env,
-        },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      },
-    );
-    const emulator = new Emulator(child, port);
-    const until = Date.now() + 10_000;
-    for (;;) {
-      if (child.exitCode !== null) throw new Error(`the emulator exited (${child.exitCode}):\n${emulator.log}`);
-      const open = await new Promise<boolean>((resolve) => {
-        const s = net.connect(port, '127.0.0.1', () => (s.destroy(), resolve(true)));
-        s.on('error', () => resolve(false));
-      });
-      if (open) return emulator;
-      if (Date.now() > until) throw new Error(`the emulator did not listen on ${port} within 10 s:\n${emulator.log}`);
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  }
-
-  /** POST the event to the invoke endpoint, as Lambda's service does for EventBridge. */
-  async invoke(event = scheduledEvent()): Promise<Invocation> {
-    const res = await fetch(`http://127.0.0.1:${this.port}/2015-03-31/functions/function/invocations`, { method: 'POST', body: JSON.stringify(event) });
-    const body = await res.text();
-    // the emulator answers a function killed at its timeout with HTTP 200 and this text
-    if (/^Task timed out after/.test(body)) return { outcome: 'timed-out', body };
-    let parsed: Record<string, unknown> | undefined;
-    try {
-      parsed = JSON.parse(body) as Record<string, unknown>;
-    } catch {
-      parsed = undefined;
-    }
-    // a handler that throws: the runtime client posts the error, which comes back as the body
-    if (res.status !== 200 || !parsed || 'errorType' in parsed || typeof parsed.stoppedBecause !== 'string') {
-      return { outcome: 'error', status: res.status, body, errorType: parsed?.errorType as string | undefined, errorMessage: parsed?.errorMessage as string | undefined };
-    }
-    return { outcome: 'ok', summary: parsed as unknown as Summary };
-  }
-
-  async invokeOk(): Promise<Summary> {
-    const r = await this.invoke();
-    assert.equal(r.outcome, 'ok', `invocation failed: ${JSON.stringify(r)}\n--- emulator log (tail) ---\n${this.log.slice(-4_000)}`);
-    return (r as { summary: Summary }).summary;
-  }
-
-  /**
-   * Invokes until an invocation finds nothing left (stoppedBecause 'empty'), as the schedule does
-   * minute after minute. On a loaded machine an invocation of a short function may end at its
-   * deadline, the database or the broker slower than its budget: that is G5 at work, a failure
-   * the next tick recovers from, so it is counted and the draining goes on; any other failure
-   * fails the test. Each such invocation may leave its batch in flight on Kafka unmarked, to be
-   * sent again: `atDeadline` bounds the copies the caller allows.
-   */
-  async drain(maxInvocations = 10): Promise<{ atDeadline: number; last: Summary }> {
-    let atDeadline = 0;
-    for (let i = 0; i < maxInvocations; i++) {
-      const r = await this.invoke();
-      if (r.outcome === 'ok') {
-        if (r.summary.stoppedBecause === 'empty') return { atDeadline, last: r.summary };
-        continue;
-      }
-      const failedAtDeadline = r.outcome === 'error' && /before the invocation's deadline/.test(r.errorMessage ?? '');
-      assert.ok(failedAtDeadline, `invocation failed: ${JSON.stringify(r)}\n--- emulator log (tail) ---\n${this.log.slice(-4_000)}`);
-      atDeadline++;
-    }
-    assert.fail(`not drained after ${maxInvocations} invocations\n--- emulator log (tail) ---\n${this.log.slice(-4_000)}`);
-  }
-
-  /** the runtime process (the runtime interface client running the handler), child of the emulator */
-  runtimePids(): number[] {
-    // the emulator is a Go program: any of its threads may have forked the runtime
-    const pids: number[] = [];
-    try {
-      for (const task of readdirSync(`/proc/${this.child.pid}/task`)) {
-        pids.push(...readFileSync(`/proc/${this.child.pid}/task/${task}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number));
-      }
-    } catch {
-      // the emulator is gone
-    }
-    return pids.sort((a, b) => a - b);
-  }
-
-  /** the log lines the function printed (JSON), e.g. Powertools' "invocation finished" */
-  jsonLines(): Array<Record<string, unknown>> {
-    return this.log
-      .split('\n')
-      .filter((l) => l.startsWith('{'))
-      .flatMap((l) => {
-        try {
-          return [JSON.parse(l) as Record<string, unknown>];
-        } catch {
-          return [];
-        }
-      });
-  }
-
-  output(): string {
-    return this.log;
-  }
-
-  async stop(): Promise<void> {
-    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
-    const runtimes = this.runtimePids();
-    const exited = new Promise((resolve) => this.child.once('exit', resolve));
-    this.child.kill('SIGTERM');
-    const timer = setTimeout(() => this.child.kill('SIGKILL'), 5_000);
-    await exited;
-    clearTimeout(timer);
-    // its runtime, in case the emulator left it behind (it may be SIGSTOPped by a test)
-    for (const pid of runtimes) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        // already gone
-      }
-    }
-  }
-}
 
 let sql: Sql;
 let taskRoot: string;
@@ -213,6 +30,8 @@ let taskRoot: string;
 let testHooksRoot: string;
 let handler: string;
 const emulators: Emulator[] = [];
+/** files a test wrote beside the task roots */
+const recorders: string[] = [];
 
 before(() => {
   sql = db();
@@ -231,7 +50,9 @@ before(() => {
   const hooks = spawnSync(process.execPath, [join(ROOT, 'scripts', 'build.mjs'), '--test-hooks'], { cwd: ROOT, encoding: 'utf8', timeout: 180_000 });
   assert.equal(hooks.status, 0, `scripts/build.mjs --test-hooks failed:\n${hooks.stdout}${hooks.stderr}`);
   testHooksRoot = mkdtempSync(join(ROOT, '.cache', 'lambda-task-hooks-'));
-  for (const file of readdirSync(taskRoot)) copyFileSync(join(TEST_HOOKS_BUNDLE, file), join(testHooksRoot, file));
+  // laid out as the zip (handler.mjs, chunks/, THIRD-PARTY-NOTICES.txt), chunks named by their own content
+  cpSync(TEST_HOOKS_BUNDLE, testHooksRoot, { recursive: true });
+  assert.deepEqual(readdirSync(testHooksRoot).sort(), readdirSync(taskRoot).sort(), 'the test-hooks bundle is laid out as the zip');
   // the handler exactly as the deployed function names it
   const sls = parse(readFileSync(join(ROOT, 'serverless.yml'), 'utf8')) as { functions: { relay: { handler: string } } };
   handler = sls.functions.relay.handler;
@@ -242,6 +63,7 @@ after(async () => {
   await sql.end();
   rmSync(taskRoot, { recursive: true, force: true });
   rmSync(testHooksRoot, { recursive: true, force: true });
+  for (const file of recorders) rmSync(file, { force: true });
 });
 
 /** `root`: the task root, the deployed zip's unless a test needs the test hooks (testHooksRoot) */
@@ -301,6 +123,58 @@ describe('the packaged zip under the Lambda Runtime Interface Emulator', () => {
     const finished2 = e.jsonLines().filter((l) => l.message === 'invocation finished');
     assert.equal(finished2.at(-1)!.cold_start, false);
     assert.equal((await consumeAll([f.topic('order')], 2_300, 30_000)).length, 2_300);
+  });
+
+  it("only the configured Kafka client is loaded: a cold start with kafkajs loads no code of @platformatic/kafka, and one with platformatic none of kafkajs; the first invocation loads the configured one even with nothing to publish (while the database connects), and each relays its rows from the zip", async () => {
+    // every module the runtime process loads, by a load hook preloaded into it (node:module registerHooks)
+    const recorder = join(taskRoot, '..', `${basename(taskRoot)}-record-loads.mjs`);
+    writeFileSync(
+      recorder,
+      "import { appendFileSync } from 'node:fs';\nimport { registerHooks } from 'node:module';\nregisterHooks({ load(url, context, next) { appendFileSync(process.env.RECORD_LOADS_TO, url + '\\n'); return next(url, context); } });\n",
+    );
+    recorders.push(recorder);
+    const library = { kafkajs: 'kafkajs', platformatic: '@platformatic/kafka' } as const;
+    /** the files of the zip the runtime loaded so far, and the packages their source maps name */
+    const loadedFrom = (loads: string): { files: string[]; packages: Set<string> } => {
+      const files = readFileSync(loads, 'utf8')
+        .split('\n')
+        .filter((u) => u.startsWith(pathToFileURL(taskRoot).href + '/'))
+        .map((u) => fileURLToPath(u).slice(taskRoot.length + 1));
+      const packages = new Set(
+        files.flatMap((file) =>
+          (JSON.parse(readFileSync(join(taskRoot, `${file}.map`), 'utf8')) as { sources: string[] }).sources.flatMap((src) => {
+            const m = /node_modules\/((?:@[^/]+\/)?[^/]+)\/(?!.*node_modules\/)/.exec(src);
+            return m ? [m[1]!] : [];
+          }),
+        ),
+      );
+      return { files, packages };
+    };
+    for (const client of ['kafkajs', 'platformatic'] as const) {
+      const other = client === 'kafkajs' ? 'platformatic' : 'kafkajs';
+      const f = await fixture(sql, `rieclient_${client}`);
+      const loads = `${recorder}.${client}.txt`;
+      recorders.push(loads);
+      const e = await emulator(f, 30, { OUTBOX_KAFKA_CLIENT: client, NODE_OPTIONS: `--enable-source-maps --import ${pathToFileURL(recorder).href}`, RECORD_LOADS_TO: loads });
+
+      // a cold start with nothing to publish: no producer connects, yet the client loads (it was
+      // started with the invocation; it may finish just after the answer)
+      assert.equal((await e.invokeOk()).published, 0);
+      const until = Date.now() + 10_000;
+      while (!loadedFrom(loads).packages.has(library[client])) {
+        assert.ok(Date.now() < until, `${client}: the first invocation did not load its library; loaded: ${loadedFrom(loads).files.join(', ')}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+
+      await insertEvents(sql, f.table, Array.from({ length: 50 }, (_, i) => ({ aggregateid: `a-${i % 5}`, payload: { i } })));
+      const summary = await e.invokeOk();
+      assert.equal(summary.published, 50, JSON.stringify(summary));
+      assert.equal((await consumeAll([f.topic('order')], 50, 30_000)).length, 50);
+      const { files, packages } = loadedFrom(loads);
+      assert.ok(files.includes('handler.mjs'), `the handler was loaded: ${files.join(', ')}`);
+      assert.ok(!packages.has(library[other]), `${client}: no code of ${library[other]} was loaded; loaded: ${files.join(', ')}`);
+      await e.stop();
+    }
   });
 
   it('G1/G2: killed at the function timeout between a batch\'s ack and its COMMIT ("Task timed out", a failure): the next invocation re-sends exactly that batch and delivers the rest', async () => {

@@ -8,7 +8,7 @@
 // evaluate those conditions the way CloudFormation would and look at the effective result.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -16,7 +16,13 @@ import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const zipPath = join(root, '.build', 'relay.zip');
-const bundlePath = join(root, '.build', 'relay', 'handler.mjs');
+
+/** the names of the zip's entries, in their order */
+function zipEntries(): string[] {
+  const list = spawnSync('unzip', ['-Z1', zipPath], { encoding: 'utf8' });
+  assert.equal(list.status, 0, list.stderr);
+  return list.stdout.trim().split('\n');
+}
 
 const ACCOUNT = '123456789012';
 const DB_SECRET = `arn:aws:secretsmanager:us-east-1:${ACCOUNT}:secret:outbox/database-AbCdEf`;
@@ -281,20 +287,25 @@ describe('packaged for AWS (stage prod, default parameters)', () => {
     assert.deepEqual(managedPolicies(t), []);
   });
 
-  it('ships a small, self-contained zip', () => {
+  it('ships a small, self-contained zip: handler.mjs at its root with its chunks, source maps and the third-party notices', () => {
     assert.ok(existsSync(zipPath), `${zipPath} missing`);
     const size = statSync(zipPath).size;
     assert.ok(size > 10_000 && size < 5 * 1024 * 1024, `zip is ${size} bytes`);
-    const zip = readFileSync(zipPath);
-    assert.ok(zip.includes('handler.mjs'), 'zip contains handler.mjs');
-    assert.ok(zip.includes('handler.mjs.map'), 'zip contains the source map');
-    // no test hook is deployed: their settings and code are compiled out (src/test-hooks.ts)
-    assert.doesNotMatch(readFileSync(bundlePath, 'utf8'), /OUTBOX_TEST_\w*|test hook: /);
+    const names = zipEntries();
+    assert.ok(names.includes('handler.mjs'), `zip contains handler.mjs (the function's handler.handler): ${names.join(', ')}`);
+    assert.ok(names.includes('THIRD-PARTY-NOTICES.txt'), 'zip contains the third-party notices');
+    const code = names.filter((n) => n.endsWith('.mjs'));
+    assert.ok(code.some((n) => n.startsWith('chunks/')), 'the Kafka clients are split into chunks');
+    for (const file of code) assert.ok(names.includes(`${file}.map`), `zip contains ${file}'s source map`);
+    assert.deepEqual(names.filter((n) => !code.includes(n) && !n.endsWith('.mjs.map')), ['THIRD-PARTY-NOTICES.txt'], 'nothing else');
 
-    // The bundle must load with no node_modules around it, as in Lambda.
+    // The bundle must load with no node_modules around it, as in Lambda: the zip's files only.
     const dir = mkdtempSync(join(tmpdir(), 'outbox-relay-bundle-'));
     tmpDirs.push(dir);
-    copyFileSync(bundlePath, join(dir, 'handler.mjs'));
+    const unzip = spawnSync('unzip', ['-q', zipPath, '-d', dir], { encoding: 'utf8' });
+    assert.equal(unzip.status, 0, unzip.stderr);
+    // no test hook is deployed: their settings and code are compiled out (src/test-hooks.ts)
+    for (const file of code) assert.doesNotMatch(readFileSync(join(dir, file), 'utf8'), /OUTBOX_TEST_\w*|test hook: /, file);
     const probe = spawnSync(
       process.execPath,
       ['--input-type=module', '-e', `const m = await import(${JSON.stringify(join(dir, 'handler.mjs'))}); console.log(typeof m.handler);`],
@@ -312,6 +323,50 @@ describe('packaged for AWS (stage prod, default parameters)', () => {
     );
     assert.equal(probe.status, 0, `importing the bundle failed:\n${probe.stderr}`);
     assert.equal(probe.stdout.trim(), 'function');
+  });
+
+  it("ships THIRD-PARTY-NOTICES.txt: every package whose code is in the bundle (as its source maps name them), with its version, its declared license and its license files' text", () => {
+    const dir = mkdtempSync(join(tmpdir(), 'outbox-relay-notices-'));
+    tmpDirs.push(dir);
+    assert.equal(spawnSync('unzip', ['-q', zipPath, '-d', dir]).status, 0);
+    const notices = readFileSync(join(dir, 'THIRD-PARTY-NOTICES.txt'), 'utf8');
+    // the packages the code came from, read from the source maps of every code file in the zip
+    // (their sources are paths like ../../node_modules/kafkajs/src/producer/index.js)
+    const packageDirs = new Set<string>();
+    for (const file of zipEntries().filter((n) => n.endsWith('.mjs.map'))) {
+      for (const source of (JSON.parse(readFileSync(join(dir, file), 'utf8')) as { sources: string[] }).sources) {
+        const m = /^(?:\.\.\/)*(node_modules\/(?:.*\/node_modules\/)?(?:@[^/]+\/)?[^/]+)\//.exec(source);
+        if (m) packageDirs.add(m[1]!);
+      }
+    }
+    for (const lib of ['kafkajs', '@platformatic/kafka', 'postgres', '@aws-sdk/client-secrets-manager', '@middy/core']) {
+      assert.ok(packageDirs.has(`node_modules/${lib}`), `the bundle holds ${lib} (source maps name: ${[...packageDirs].join(', ')})`);
+    }
+    const entries = notices.split(`\n${'='.repeat(80)}\n`).slice(1);
+    const normalise = (t: string) => t.replace(/\r\n?/g, '\n').replace(/\s+$/, '');
+    for (const pkgDir of packageDirs) {
+      const pkg = JSON.parse(readFileSync(join(root, pkgDir, 'package.json'), 'utf8')) as { name: string; version: string; license?: string | { type: string } };
+      const license = typeof pkg.license === 'object' ? pkg.license.type : pkg.license;
+      const entry = entries.find((e) => e.startsWith(`${pkg.name} ${pkg.version}\nLicense: ${license}\n`));
+      assert.ok(entry, `THIRD-PARTY-NOTICES.txt has no entry "${pkg.name} ${pkg.version}" (License: ${license}) for ${pkgDir}`);
+      assert.ok(notices.includes(`\n  ${pkg.name} ${pkg.version} (${license})\n`), `the summary at the top lists ${pkg.name} ${pkg.version}`);
+      const files = readdirSync(join(root, pkgDir)).filter((f) => /^(licen[cs]e|copying|notice)([-._].*)?$/i.test(f));
+      for (const f of files) {
+        const text = normalise(readFileSync(join(root, pkgDir, f), 'utf8'));
+        assert.ok(notices.includes(`\n${text}\n`), `the text of ${pkgDir}/${f} is in the notices`);
+        assert.ok(entry.includes(`\n${f}:\n\n${text}\n`) || entry.includes(`\n${f}: the same text, word for word, as the `), `${pkg.name}'s entry gives its ${f}, or names the same text given above`);
+      }
+      if (!files.length) assert.match(entry, /ships no license file/, `${pkg.name} ships no license file, and its entry says so`);
+    }
+    assert.equal(entries.length, packageDirs.size, 'one entry per bundled package, no more');
+  });
+
+  it('is reproducible: building again gives a byte-identical zip (CloudFormation sees no code change)', () => {
+    const first = readFileSync(zipPath);
+    const again = spawnSync(process.execPath, [join(root, 'scripts', 'build.mjs'), '--lambda-only'], { cwd: root, encoding: 'utf8', timeout: 180_000 });
+    assert.equal(again.status, 0, `scripts/build.mjs --lambda-only failed:\n${again.stdout}${again.stderr}`);
+    const second = readFileSync(zipPath);
+    assert.ok(first.equals(second), `the zip changed between two builds of the same code (${first.length} and ${second.length} bytes)`);
   });
 });
 
