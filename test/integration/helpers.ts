@@ -94,7 +94,17 @@ export async function createTopics(topics: string[], partitions = 3, configEntri
   const admin = kafka.admin();
   await admin.connect();
   try {
-    await admin.createTopics({ waitForLeaders: true, topics: topics.map((topic) => ({ topic, numPartitions: partitions, replicationFactor: 1, configEntries })) });
+    // a busy broker may answer the leader wait with UNKNOWN_TOPIC_OR_PARTITION for a moment (kafkajs
+    // retries only LEADER_NOT_AVAILABLE); creating again is a no-op for the topics that exist
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await admin.createTopics({ waitForLeaders: true, topics: topics.map((topic) => ({ topic, numPartitions: partitions, replicationFactor: 1, configEntries })) });
+        return;
+      } catch (err) {
+        if (attempt >= 5 || !(err as { retriable?: boolean }).retriable) throw err;
+        await new Promise((r) => setTimeout(r, 500 * attempt));
+      }
+    }
   } finally {
     await admin.disconnect();
   }
