@@ -143,7 +143,7 @@ describe('G6: a row\'s extra headers are limited by name, count and size', () =>
 
     // the operator decides consumers may see __TypeId__: allowed by name, the row put back
     const allowing = { ...env, OUTBOX_HEADERS_ALLOW_RESERVED: '__TypeId__' };
-    const retry = await runCli(['parked', 'retry', ids[1]!], allowing);
+    const retry = await runCli(['parked', 'retry', ids[1]!, '--reason', '__TypeId__ now allowed'], allowing);
     assert.equal(retry.code, 0, retry.stderr);
     const s2 = await invoke(allowing);
     assert.equal(s2.published, 1, JSON.stringify(s2));
