@@ -190,10 +190,12 @@ describe('linger mode', () => {
     const watching = await startWatching([f.topic('order')]);
     try {
       // the schedule, compressed: a new invocation every 3 s, each with 4 s, so every second is
-      // covered by one and some by two; containers alternate as Lambda's would
+      // covered by one and some by two; containers alternate as Lambda's would. The last has 5 s:
+      // its wait must outlast the application's last commit (at 8 s, later on a busy machine; with
+      // 4 s it ended ~1 s after it, and a transaction committed late once stayed pending)
       const invocations = [0, 1, 2].map(async (k) => {
         await sleep(k * 3_000);
-        return (k % 2 === 0 ? a : b).invoke(4_000);
+        return (k % 2 === 0 ? a : b).invoke(k === 2 ? 5_000 : 4_000);
       });
       // the application: 20 aggregates, a transaction of 5 events every 20 ms for 8 s
       const producing = (async () => {
