@@ -488,3 +488,13 @@ export async function startWatching(topics: string[]): Promise<{ arrivals: Map<s
   await joined;
   return { arrivals, messages, stop: () => consumer.disconnect() };
 }
+
+/** Each row's copies on Kafka: every marked row at least once (G1), none more than `maxCopies`. */
+export function assertCopies(msgs: Consumed[], marked: Set<string>, maxCopies: number): Map<string, number> {
+  const copies = copiesById(msgs);
+  const lost = [...marked].filter((id) => !copies.has(id));
+  assert.equal(lost.length, 0, `${lost.length} rows are marked sent but not on Kafka`);
+  const over = [...copies].filter(([, n]) => n > maxCopies);
+  assert.equal(over.length, 0, `${over.length} rows arrived more than ${maxCopies} times (first: ${over[0]?.join(' ×')})`);
+  return copies;
+}

@@ -38,8 +38,8 @@ import {
   topicCount,
   twiceIds,
   uniqueName,
-  type Consumed,
   type EventSpec,
+  assertCopies,
 } from './helpers.ts';
 
 let sql: Sql;
@@ -49,16 +49,6 @@ before(() => {
 after(async () => {
   await sql.end();
 });
-
-/** Each row's copies on Kafka: every marked row at least once (G1), none more than `maxCopies`. */
-function assertCopies(msgs: Consumed[], marked: Set<string>, maxCopies: number): Map<string, number> {
-  const copies = copiesById(msgs);
-  const lost = [...marked].filter((id) => !copies.has(id));
-  assert.equal(lost.length, 0, `${lost.length} rows are marked sent but not on Kafka`);
-  const over = [...copies].filter(([, n]) => n > maxCopies);
-  assert.equal(over.length, 0, `${over.length} rows arrived more than ${maxCopies} times (first: ${over[0]?.join(' ×')})`);
-  return copies;
-}
 
 describe('G2: a batch\'s COMMIT reaches the database before the next batch reaches the broker', () => {
   it('seen on the wire: between the relay and each service a proxy notes every COMMIT and every Produce request, in one ordered log', async () => {

@@ -18,9 +18,9 @@ import {
   kafka,
   markedIds,
   startCli,
-  type Consumed,
   type EventSpec,
   invokeOk as invoke,
+  assertCopies,
 } from './helpers.ts';
 
 let sql: Sql;
@@ -36,16 +36,6 @@ const t = (table: string) => qualified(parseTableName(table));
 async function attemptsCharged(table: string): Promise<number> {
   const [r] = await sql.unsafe<{ n: string }[]>(`SELECT coalesce(sum(attempts), 0) AS n FROM ${t(table)}`);
   return Number(r!.n);
-}
-
-/** Each row's copies on Kafka: every marked row at least once (G1), none more than `maxCopies`. */
-function assertCopies(msgs: Consumed[], marked: Set<string>, maxCopies: number): Map<string, number> {
-  const copies = copiesById(msgs);
-  const lost = [...marked].filter((id) => !copies.has(id));
-  assert.equal(lost.length, 0, `${lost.length} rows are marked sent but not on Kafka`);
-  const over = [...copies].filter(([, n]) => n > maxCopies);
-  assert.equal(over.length, 0, `${over.length} rows arrived more than ${maxCopies} times (first: ${over[0]?.join(' ×')})`);
-  return copies;
 }
 
 describe('G6: sends that fit: rows that each fit are never refused together', () => {
