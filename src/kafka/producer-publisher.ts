@@ -54,6 +54,12 @@ interface ProducerSlot {
   /** a send on it failed: no new send may start on it; closed once its last send settles */
   retired: boolean;
   disposed: boolean;
+  /**
+   * the client's own calls on it (sends, config reads) not yet settled. A deadline abandons a call,
+   * not the library's work: kafkajs goes on with an abandoned send, and may connect a broker for
+   * it (a metadata refresh) after the producer was closed, a socket the close never saw
+   */
+  running: Set<Promise<unknown>>;
 }
 
 type PartResult = 'continue' | 'stop';
@@ -141,7 +147,7 @@ export class ProducerPublisher implements Publisher {
       }
       this.refreshCredentials = false;
       this.connects++;
-      return { producer, inFlight: 0, retired: false, disposed: false };
+      return { producer, inFlight: 0, retired: false, disposed: false, running: new Set() };
     }
   }
 
@@ -168,7 +174,7 @@ export class ProducerPublisher implements Publisher {
     try {
       // the broker-side wait for replicas; the deadline race covers the rest
       const brokerTimeoutMs = Math.max(1_000, Math.min(30_000, deadline.remaining()));
-      await deadline.race(`publishing to ${topic}`, slot.producer.send(topic, group, brokerTimeoutMs));
+      await deadline.race(`publishing to ${topic}`, track(slot, slot.producer.send(topic, group, brokerTimeoutMs)));
     } catch (err) {
       this.retire(slot, topic, err);
       throw err;
@@ -190,9 +196,8 @@ export class ProducerPublisher implements Publisher {
 
   private dispose(slot: ProducerSlot): void {
     if (slot.disposed) return;
-    slot.disposed = true;
     // do not wait for a hung broker to say goodbye
-    void slot.producer.close().catch(() => undefined);
+    void closeSlot(slot);
   }
 
   /**
@@ -291,10 +296,10 @@ export class ProducerPublisher implements Publisher {
     if (this.opts.maxMessageBytes !== undefined) return this.opts.maxMessageBytes;
     const cached = this.limits.get(topic);
     if (cached !== undefined) return cached;
-    const { producer } = await this.current(deadline);
+    const slot = await this.current(deadline);
     let limit = BROKER_DEFAULT_MAX_MESSAGE_BYTES;
     try {
-      const value = await deadline.race(`reading ${topic}'s max.message.bytes`, producer.topicConfig(topic, 'max.message.bytes'));
+      const value = await deadline.race(`reading ${topic}'s max.message.bytes`, track(slot, slot.producer.topicConfig(topic, 'max.message.bytes')));
       if (value && /^\d+$/.test(value)) limit = Number(value);
     } catch (err) {
       if (err instanceof DeadlineExceededError) throw err;
@@ -311,10 +316,29 @@ export class ProducerPublisher implements Publisher {
     // would hold a connection, and the process, open forever
     const slot = this.slot;
     this.slot = undefined;
-    if (!slot) return;
-    slot.disposed = true;
-    await slot.producer.close().catch(noop);
+    if (slot) await closeSlot(slot);
   }
+}
+
+/** `call`, counted among the slot's running calls until it settles. */
+function track<T>(slot: ProducerSlot, call: Promise<T>): Promise<T> {
+  slot.running.add(call);
+  const settled = (): void => void slot.running.delete(call);
+  call.then(settled, settled);
+  return call;
+}
+
+/**
+ * Closes the slot's producer now and, when calls abandoned at a deadline are still running on it,
+ * once more after they settle (the client's retries bound them): a connection one of them opened
+ * after the first close would otherwise stay open in a warm container until the broker drops it
+ * as idle (connections.max.idle.ms, 10 minutes by default). Resolves after the first close.
+ */
+async function closeSlot(slot: ProducerSlot): Promise<void> {
+  slot.disposed = true;
+  const running = [...slot.running];
+  await slot.producer.close().catch(noop);
+  if (running.length > 0) void Promise.allSettled(running).then(() => slot.producer.close().catch(noop));
 }
 
 function reject(m: OutboundMessage, error: MessageRejectedError, outcome: PublishOutcome, blockedKeys: Set<string>): void {

@@ -91,4 +91,41 @@ describe('ProducerPublisher in a warm container', () => {
     assert.ok(client.pending[0]!.producer.closed);
     assert.equal(client.pending[0]!.producer.sent, 0);
   });
+
+  it('a send abandoned at its deadline: its producer is closed at once, and once more when the send settles (kafkajs can connect a broker for it after the first close)', async () => {
+    /** sends wait until the test settles them; closes are counted */
+    class HangingProducer extends FakeProducer {
+      closes = 0;
+      readonly sends: Array<(err?: Error) => void> = [];
+      override send(): Promise<void> {
+        return new Promise((resolve, reject) => this.sends.push((err) => (err ? reject(err) : resolve())));
+      }
+      override close(): Promise<void> {
+        this.closes++;
+        return super.close();
+      }
+    }
+    const producers: HangingProducer[] = [];
+    const pub = publisher({ connect: () => Promise.resolve(producers[producers.push(new HangingProducer(producers.length + 1)) - 1]!) });
+    const first = await pub.publish([message], new Deadline(Date.now() + 30));
+    assert.ok(first.unavailable instanceof DeadlineExceededError, `the invocation gives up at its deadline: ${String(first.unavailable)}`);
+    const abandoned = producers[0]!;
+    await new Promise((r) => setImmediate(r));
+    assert.equal(abandoned.closes, 1, 'the producer of the abandoned send is closed at once');
+    // the library finishes the send (its own retries run out) after that close
+    abandoned.sends[0]!(new Error('Request timed out'));
+    await new Promise((r) => setImmediate(r));
+    assert.equal(abandoned.closes, 2, 'and closed again once the send settled');
+
+    // the same on close(): a send still running when the publisher is closed
+    const sending = pub.publish([message], new Deadline(Date.now() + 60_000));
+    await new Promise((r) => setImmediate(r));
+    const last = producers[1]!;
+    await pub.close();
+    assert.equal(last.closes, 1);
+    last.sends[0]!();
+    await sending;
+    await new Promise((r) => setImmediate(r));
+    assert.equal(last.closes, 2, 'a send running at close() closes its producer again when it settles');
+  });
 });
