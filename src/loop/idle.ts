@@ -19,7 +19,6 @@
 //   and a row can commit with a lower seq than one already seen (seq is taken at INSERT, not at
 //   COMMIT); none of those notify or raise the newest seq.
 import type { Deadline } from '../budget.ts';
-import type { Config } from '../config.ts';
 import type { Logger } from '../log.ts';
 import type { InsertWatch, Store } from './ports.ts';
 
@@ -27,6 +26,13 @@ import type { InsertWatch, Store } from './ports.ts';
 export const RECLAIM_MS = 2_000;
 
 export type WakeReason = 'notified' | 'probe' | 'reclaim';
+
+/** OUTBOX_WAKE and OUTBOX_POLL_MS (config.ts reads them) */
+export interface IdleOptions {
+  /** how a waiting invocation learns of new rows: LISTEN/NOTIFY, or a probe every pollMs */
+  wake: 'notify' | 'poll';
+  pollMs: number;
+}
 
 export class Idle {
   private mode: 'notify' | 'poll';
@@ -39,7 +45,7 @@ export class Idle {
 
   constructor(
     private readonly store: Store,
-    private readonly config: Pick<Config['outbox'], 'wake' | 'pollMs'>,
+    private readonly config: IdleOptions,
     private readonly logger: Logger,
   ) {
     this.mode = config.wake;
