@@ -3,7 +3,7 @@
 // maxInFlightRequests=1 for idempotent producers, and without it a retried request can land
 // behind a later one and reorder an aggregate), the Java client's partitioner.
 import { CompressionTypes, Kafka, logLevel as KafkaLogLevel, Partitioners, type Admin, type KafkaConfig, type Producer, type SASLOptions } from 'kafkajs';
-import type { KafkaCredentials } from '../domain.ts';
+import type { KafkaLogin } from '../domain.ts';
 import type { Logger } from '../log.ts';
 import type { OutboundMessage } from '../loop/ports.ts';
 import type { ClientProducer, KafkaClient, PublisherOptions } from './producer-publisher.ts';
@@ -22,8 +22,8 @@ export class KafkajsClient implements KafkaClient {
     private readonly logger: Logger,
   ) {}
 
-  async connect(credentials: KafkaCredentials | undefined): Promise<ClientProducer> {
-    const kafka = new Kafka(this.config(credentials));
+  async connect(login: KafkaLogin | undefined): Promise<ClientProducer> {
+    const kafka = new Kafka(this.config(login));
     const producer = kafka.producer({
       idempotent: true,
       maxInFlightRequests: 1,
@@ -40,7 +40,7 @@ export class KafkajsClient implements KafkaClient {
     return new KafkajsProducer(producer, kafka.admin(), this.kafka.compression === 'gzip' ? CompressionTypes.GZIP : CompressionTypes.None);
   }
 
-  private config(credentials: KafkaCredentials | undefined): KafkaConfig {
+  private config(login: KafkaLogin | undefined): KafkaConfig {
     const k = this.kafka;
     const config: KafkaConfig = {
       clientId: k.clientId,
@@ -58,9 +58,15 @@ export class KafkajsClient implements KafkaClient {
         else this.logger.debug(`kafkajs: ${message}`, fields);
       },
     };
-    if (credentials) config.sasl = { mechanism: credentials.mechanism, username: credentials.username, password: credentials.password } as SASLOptions;
+    if (login) config.sasl = sasl(login);
     return config;
   }
+}
+
+/** kafkajs' SASL options; with MSK IAM, the provider is asked at every authentication (a new connection, a re-authentication). */
+function sasl(login: KafkaLogin): SASLOptions {
+  if (login.mechanism === 'aws-msk-iam') return { mechanism: 'oauthbearer', oauthBearerProvider: async () => ({ value: await login.token() }) };
+  return { mechanism: login.mechanism, username: login.username, password: login.password } as SASLOptions;
 }
 
 /** One kafkajs producer (one producer id) and the admin client of the same Kafka instance. */
