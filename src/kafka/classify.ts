@@ -136,7 +136,7 @@ function mskIamError(err: unknown, seen = new Set<unknown>()): MskIamError | und
   if (!err || typeof err !== 'object' || seen.has(err)) return undefined;
   seen.add(err);
   const e = err as Chainable;
-  for (const next of [e.cause, e.originalError, ...(Array.isArray(e.errors) ? e.errors : [])]) {
+  for (const next of [e.cause, e.originalError, ...(Array.isArray(e.errors) ? (e.errors as unknown[]) : [])]) {
     const found = mskIamError(next, seen);
     if (found) return found;
   }

@@ -94,8 +94,19 @@ export class PlatformaticClient implements KafkaClient {
  * AuthenticationError (PLT_KFK_AUTHENTICATION) with ours as the cause.
  */
 function sasl(login: KafkaLogin): SASLOptions {
-  if (login.mechanism === 'aws-msk-iam') return { mechanism: 'OAUTHBEARER', token: login.token };
+  if (login.mechanism === 'aws-msk-iam') return { mechanism: 'OAUTHBEARER', token: login.token, authBytesValidator: refusedToken };
   return { mechanism: MECHANISMS[login.mechanism], username: login.username, password: login.password };
+}
+
+/**
+ * A broker that refuses an OAUTHBEARER token answers with an error challenge
+ * (`{"status":"invalid_token"}`, RFC 7628), not an error code, and the library (2.12) takes it for
+ * success unless told: the connection then goes on unauthenticated. Told here, it fails the
+ * authentication (PLT_KFK_AUTHENTICATION: refused credentials, classify.ts).
+ */
+function refusedToken(authBytes: Buffer, callback: (error: Error | null, result?: Buffer) => void): void {
+  if (authBytes.length === 0) callback(null, authBytes);
+  else callback(new Error(`SASL OAUTHBEARER: the broker refused the token (${authBytes.toString('utf8')})`));
 }
 
 class PlatformaticProducer implements ClientProducer {

@@ -32,6 +32,8 @@ export interface PrivateBroker {
   readonly iamAddress: string | undefined;
   /** the broker's process, to kill or pause */
   readonly pid: number;
+  /** its stdout and stderr (MskIamValidator prints why it refused a token there) */
+  readonly logFile: string;
   /** Starts it (again, after a kill) on the same data and ports; resolves once it answers metadata requests. */
   start(): Promise<void>;
   /** SIGCONT, then waits until it answers again (KRaft fences a broker whose heartbeats stopped). */
@@ -165,6 +167,7 @@ export async function startPrivateBroker(options: { mskIam?: MskIamListener } = 
   const broker: PrivateBroker = {
     address,
     iamAddress,
+    logFile: log,
     get pid() {
       return child!.pid!;
     },

@@ -585,7 +585,7 @@ describe('serverless.yml: MSK IAM access control', () => {
     assert.deepEqual(topics!.Action, ['kafka-cluster:WriteData', 'kafka-cluster:DescribeTopic', 'kafka-cluster:DescribeTopicDynamicConfiguration']);
     assert.equal(evaluate(topics!.Resource!), 'arn:aws:kafka:eu-west-1:123456789012:topic/orders/0b1c2d3e-aaaa-bbbb-cccc-1234567890ab-2/outbox.event.*');
     // the relay's own prefix for the same settings
-    const env = Object.fromEntries(Object.entries(t.provider.environment).map(([k, v]) => [k, v === null ? undefined : String(v)]));
+    const env = Object.fromEntries(Object.entries(t.provider.environment).map(([k, v]) => [k, typeof v === 'string' || typeof v === 'number' ? String(v) : undefined]));
     assert.equal(loadConfig({ ...env, DATABASE_SECRET_ID: 'db', KAFKA_BROKERS: 'b-1.orders.kafka.eu-west-1.amazonaws.com:9098', AWS_REGION: 'eu-west-1' }).outbox.rowRules.topicPrefix, 'outbox.event.');
   });
 
