@@ -92,6 +92,15 @@ describe('MSK IAM: tokens the broker verifies (KAFKA_AUTH=iam)', () => {
     assert.equal((await invokeOk(iamEnv(f, broker))).published, 5);
   });
 
+  it('G8: KAFKA_AUTH=iam with a Kafka secret too is a configuration error: exit 2, saying which to unset, before anything connects', async () => {
+    const f = await fixture(sql, 'mskiamsecret');
+    await insertEvents(sql, f.table, [{ aggregateid: 'a', payload: {} }]);
+    const res = await runCli(['invoke', '--timeout', '20000'], { ...iamEnv(f, broker), KAFKA_SECRET_ID: 'outbox/kafka' });
+    assert.equal(res.code, 2, res.stderr.slice(-2_000));
+    assert.match(res.stderr, /ConfigError: invalid configuration:\n {2}- KAFKA_AUTH=iam logs in with tokens signed by the function's AWS credentials and takes no secret, and KAFKA_SECRET_ID is set too: unset KAFKA_SECRET_ID/);
+    assert.deepEqual(await counts(sql, f.table), { total: 1, sent: 0, parked: 0, pending: 1 });
+  });
+
   it('G8: no AWS credentials at all: the invocation fails saying none were found and what to set, before any connection; nothing is marked', async () => {
     const f = await fixture(sql, 'mskiamnocreds');
     await insertEvents(sql, f.table, [{ aggregateid: 'a', payload: {} }]);
