@@ -15,10 +15,10 @@
 // scripts/services/MskIamValidator.java against the local AWS emulator's key (test/test).
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import kafkajs from 'kafkajs';
 import { ROOT } from './helpers.ts';
 
@@ -73,8 +73,13 @@ export function mskIamValidatorClasses(): string {
   if (existsSync(join(dir, 'MskIamValidator.class'))) return dir;
   mkdirSync(join(dir, '..'), { recursive: true });
   const building = mkdtempSync(`${dir}.building-`);
-  const javac = spawnSync('javac', ['-d', building, '-cp', LIBS, VALIDATOR_SOURCE], { encoding: 'utf8', timeout: 120_000 });
-  if (javac.status !== 0) throw new Error(`compiling ${VALIDATOR_SOURCE} failed (javac, Java 17+; is .cache/kafka/libs there?):\n${javac.stdout}${javac.stderr}${javac.error ?? ''}`);
+  // javac as a module of the runtime, not the `javac` command: the JRE that scripts/services/kafka.sh
+  // installs (openjdk-17-jre-headless) has the compiler module (it runs KafkaScram.java) but no javac
+  // (the compiler's class path takes no `dir/*`: that is the launchers' expansion)
+  const jars = readdirSync(dirname(LIBS)).filter((f) => f.endsWith('.jar')).map((f) => join(dirname(LIBS), f));
+  const javac = spawnSync('java', ['-m', 'jdk.compiler/com.sun.tools.javac.Main', '-d', building, '-cp', jars.join(':'), VALIDATOR_SOURCE], { encoding: 'utf8', timeout: 120_000 });
+  if (javac.status !== 0) rmSync(building, { recursive: true, force: true });
+  if (javac.status !== 0) throw new Error(`compiling ${VALIDATOR_SOURCE} failed (Java 17+ with its jdk.compiler module; is .cache/kafka/libs there?):\n${javac.stdout}${javac.stderr}${javac.error ?? ''}`);
   try {
     renameSync(building, dir);
   } catch (err) {
