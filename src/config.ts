@@ -6,10 +6,13 @@ import { ConfigError } from './errors.ts';
 import { LOG_LEVELS, type LogLevel } from './log.ts';
 import { DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS, RESERVED_HEADER_PREFIX, type RowRules } from './loop/row-rules.ts';
 import { TEST_HOOKS } from './test-hooks.ts';
-import { DATABASE_SSL_MODES, databaseTls, iamTlsProblem, kafkaTlsDefault, urlHosts, urlLogin, type DatabaseSsl } from './transport.ts';
+import { DATABASE_SSL_MODES, databaseTls, iamTlsProblem, kafkaTlsDefault, mskIamPlaintextProblem, urlHosts, urlLogin, type DatabaseSsl } from './transport.ts';
 
 export const KAFKA_CLIENTS = ['kafkajs', 'platformatic'] as const;
 export type KafkaClientName = (typeof KAFKA_CLIENTS)[number];
+
+export const KAFKA_AUTHS = ['none', 'sasl', 'iam'] as const;
+export type KafkaAuth = (typeof KAFKA_AUTHS)[number];
 
 export interface Config {
   database: {
@@ -29,8 +32,12 @@ export interface Config {
     /** the client library that publishes (src/kafka/kafkajs.ts, src/kafka/platformatic.ts) */
     client: KafkaClientName;
     brokers: string[];
+    /** KAFKA_AUTH: none; sasl, with the credentials of the secret KAFKA_SECRET_ID; iam, Amazon MSK IAM tokens (src/kafka/msk-iam.ts) */
+    auth: KafkaAuth;
     secretId?: string;
-    /** KAFKA_SSL; unset: on when the relay logs in (SASL) to brokers off this machine (transport.ts, kafkaTlsDefault) */
+    /** AWS_REGION: the region MSK IAM tokens are signed for (required with auth iam) */
+    region?: string;
+    /** KAFKA_SSL; unset: on when the relay logs in (SASL or IAM) to brokers off this machine (transport.ts, kafkaTlsDefault) */
     ssl: boolean;
     sslRejectUnauthorized: boolean;
     clientId: string;
@@ -197,19 +204,49 @@ function kafkaConfig(read: EnvReader): Config['kafka'] {
     if (!/^[A-Za-z0-9.\-_[\]:]+:\d{1,5}$/.test(b)) read.problems.push(`KAFKA_BROKERS entry ${JSON.stringify(b)} is not host:port`);
   }
   const secretId = read.str('KAFKA_SECRET_ID');
+  const auth = kafkaAuth(read, secretId);
+  const region = read.str('AWS_REGION');
+  if (auth === 'iam' && region === undefined) {
+    read.problems.push("KAFKA_AUTH=iam signs its tokens for the cluster's region, and AWS_REGION is not set: set it to the MSK cluster's region, e.g. AWS_REGION=eu-west-1 (Lambda sets it to the function's)");
+  }
+  // SASL credentials and IAM tokens never cross a network in the clear by default
+  const ssl = read.bool('KAFKA_SSL', kafkaTlsDefault(secretId !== undefined || auth === 'iam', brokers));
+  const plaintextIam = auth === 'iam' ? mskIamPlaintextProblem({ ssl, brokers }) : undefined;
+  if (plaintextIam) read.problems.push(plaintextIam);
   return {
     // kafkajs stays the default: it is the client users named; platformatic is the maintained one
     client: read.oneOf('OUTBOX_KAFKA_CLIENT', KAFKA_CLIENTS, 'kafkajs'),
     brokers,
+    auth,
     secretId,
-    // SASL credentials never cross a network in the clear by default
-    ssl: read.bool('KAFKA_SSL', kafkaTlsDefault(secretId !== undefined, brokers)),
+    region,
+    ssl,
     sslRejectUnauthorized: read.bool('KAFKA_SSL_REJECT_UNAUTHORIZED', true),
     clientId: read.str('OUTBOX_CLIENT_ID') ?? 'outbox-relay',
     compression: read.oneOf('OUTBOX_COMPRESSION', ['none', 'gzip'] as const, 'none'),
     // the Java producer's max.request.size default
     maxRequestBytes: read.int('OUTBOX_MAX_REQUEST_BYTES', 1_048_576, 1_024, 100_000_000),
   };
+}
+
+/**
+ * KAFKA_AUTH, checked against KAFKA_SECRET_ID: sasl needs the secret, none and iam take none.
+ * Unset, it follows the secret (sasl with one, none without), as before KAFKA_AUTH existed.
+ */
+function kafkaAuth(read: EnvReader, secretId: string | undefined): KafkaAuth {
+  const auth = read.oneOf('KAFKA_AUTH', KAFKA_AUTHS, secretId === undefined ? 'none' : 'sasl', 'sasl when KAFKA_SECRET_ID is set, else none');
+  if (auth === 'sasl' && secretId === undefined) {
+    read.problems.push('KAFKA_AUTH=sasl needs KAFKA_SECRET_ID, the Secrets Manager secret with the SASL username, password and mechanism: set it, or use KAFKA_AUTH=iam for Amazon MSK IAM access control');
+  }
+  if (auth === 'iam' && secretId !== undefined) {
+    read.problems.push(
+      'KAFKA_AUTH=iam logs in with tokens signed by the function\'s AWS credentials and takes no secret, and KAFKA_SECRET_ID is set too: unset KAFKA_SECRET_ID, or unset KAFKA_AUTH (or set KAFKA_AUTH=sasl) to log in with the secret\'s SASL/SCRAM credentials',
+    );
+  }
+  if (auth === 'none' && secretId !== undefined) {
+    read.problems.push('KAFKA_AUTH=none logs in with no credentials, and KAFKA_SECRET_ID is set too: unset KAFKA_SECRET_ID, or unset KAFKA_AUTH to log in with the secret');
+  }
+  return auth;
 }
 
 function outboxConfig(read: EnvReader, prepare: boolean): Config['outbox'] {

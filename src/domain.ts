@@ -90,3 +90,12 @@ export interface KafkaCredentials {
   password: string;
   mechanism: SaslMechanism;
 }
+
+/** Amazon MSK IAM (KAFKA_AUTH=iam): SASL/OAUTHBEARER with a token from `token()`, asked at every authentication (src/kafka/msk-iam.ts). */
+export interface MskIamLogin {
+  mechanism: 'aws-msk-iam';
+  token: () => Promise<string>;
+}
+
+/** How a producer logs in to Kafka, when it does. */
+export type KafkaLogin = KafkaCredentials | MskIamLogin;

@@ -64,6 +64,16 @@ export class KafkaClientLoadError extends RelayError {
   }
 }
 
+/**
+ * No Amazon MSK IAM token could be signed (KAFKA_AUTH=iam): no AWS credentials found, or no
+ * region. Handled like credentials the broker refused (classify.ts, scope auth): the invocation
+ * stops, no row is charged. Retriable: on Lambda the role's credentials come from the runtime,
+ * and a failure to get them can pass.
+ */
+export class MskIamError extends RelayError {
+  readonly retriable = true;
+}
+
 /** One message could not be published for a reason tied to that message (size, topic, ACL). */
 export class MessageRejectedError extends RelayError {
   readonly retriable = true;

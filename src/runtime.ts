@@ -4,9 +4,10 @@
 import type { Sql } from 'postgres';
 import { Deadline } from './budget.ts';
 import type { Config } from './config.ts';
-import type { KafkaCredentials } from './domain.ts';
+import type { KafkaCredentials, MskIamLogin } from './domain.ts';
 import { BrokerUnavailableError, ConfigError, DatabaseError, DeadlineExceededError } from './errors.ts';
 import { createPublisher, preloadKafkaClient } from './kafka/clients.ts';
+import { MskIamTokens } from './kafka/msk-iam.ts';
 import type { Logger } from './log.ts';
 import type { Publisher } from './loop/ports.ts';
 import { backlog, type Backlog } from './outbox/admin.ts';
@@ -189,9 +190,24 @@ export class Runtime {
       kafka,
       maxMessageBytes: this.config.outbox.maxMessageBytes,
       logger: this.logger,
-      credentials: kafka.secretId ? (refresh) => this.kafkaCredentials(refresh) : undefined,
+      credentials: kafka.auth === 'sasl' ? (refresh) => this.kafkaCredentials(refresh) : kafka.auth === 'iam' ? (refresh) => this.mskIamLogin(refresh) : undefined,
     });
     return this.publisherInstance;
+  }
+
+  /** KAFKA_AUTH=iam: the container's MSK IAM tokens, cached across its invocations (src/kafka/msk-iam.ts). */
+  private mskIam: MskIamTokens | undefined;
+
+  /**
+   * The MSK IAM login of a new producer. A token is signed (or the cached one taken) now, so that
+   * missing credentials fail as such (MskIamError) before the client connects; `refresh`: the
+   * broker refused the cached one, sign another.
+   */
+  private async mskIamLogin(refresh: boolean): Promise<MskIamLogin> {
+    const tokens = (this.mskIam ??= new MskIamTokens(this.config.kafka.region!));
+    if (refresh) tokens.invalidate();
+    await tokens.token();
+    return { mechanism: 'aws-msk-iam', token: () => tokens.token() };
   }
 
   /** The Kafka secret's credentials, refused when their mechanism would send the password in the clear (transport.ts). */

@@ -146,6 +146,18 @@ export function saslPlaintextProblem(kafka: { ssl: boolean; brokers: readonly st
   );
 }
 
+/**
+ * KAFKA_AUTH=iam sends a token that logs anyone in as the relay's role for up to 15 minutes: only
+ * over TLS, except to brokers on this machine (MSK's IAM listeners are TLS-only anyway).
+ */
+export function mskIamPlaintextProblem(kafka: { ssl: boolean; brokers: readonly string[] }): string | undefined {
+  if (kafka.ssl || allLoopback(kafka.brokers.map(brokerHost))) return undefined;
+  return (
+    `KAFKA_AUTH=iam with KAFKA_SSL=false would send the IAM token (it logs anyone in as the relay's role for up to 15 minutes) unencrypted to ${kafka.brokers.join(',')}: ` +
+    "unset KAFKA_SSL (it is on by default with IAM) and point KAFKA_BROKERS at the cluster's IAM listener (port 9098)"
+  );
+}
+
 /** True when the relay would log in to brokers off this machine without TLS: the secret's mechanism decides whether that is allowed. */
 export function saslWithoutTls(kafka: { ssl: boolean; brokers: readonly string[]; secretId?: string }): boolean {
   return kafka.secretId !== undefined && !kafka.ssl && !allLoopback(kafka.brokers.map(brokerHost));

@@ -13,7 +13,8 @@
 //            the same records once more, charge no row
 //   auth     the broker refused our credentials (rotated): read the secret again, reconnect, retry once
 //   broker   the broker or the network is down or too slow: stop the invocation, charge no row
-import { BrokerUnavailableError, DeadlineExceededError, KafkaClientLoadError, MessageRejectedError, UnexpectedKafkaError, type RelayError } from '../errors.ts';
+import type { KafkaAuth } from '../config.ts';
+import { BrokerUnavailableError, DeadlineExceededError, KafkaClientLoadError, MessageRejectedError, MskIamError, UnexpectedKafkaError, type RelayError } from '../errors.ts';
 
 /** errors about the records themselves: retrying the same bytes can never succeed */
 const RECORD_ERRORS = new Set(['MESSAGE_TOO_LARGE', 'RECORD_LIST_TOO_LARGE', 'INVALID_RECORD']);
@@ -109,7 +110,7 @@ export type SendFailure =
   | { scope: 'record'; code: string; error: MessageRejectedError }
   | { scope: 'topic'; code: string; error: MessageRejectedError }
   | { scope: 'producer'; code: string; error: BrokerUnavailableError }
-  | { scope: 'auth'; code: string; error: BrokerUnavailableError }
+  | { scope: 'auth'; code: string; error: BrokerUnavailableError | MskIamError }
   | { scope: 'broker'; error: RelayError };
 
 export type SendScope = SendFailure['scope'];
@@ -120,15 +121,40 @@ const TOPIC_HINTS: Record<string, string> = {
   TOPIC_AUTHORIZATION_FAILED: "the relay's principal may not write to it: grant WRITE on the topic",
 };
 
-export function classifySendError(err: unknown, topic: string): SendFailure {
+/** What to check when the broker refused the relay's login, by KAFKA_AUTH. */
+const AUTH_HINTS: Record<KafkaAuth, string> = {
+  sasl: "Kafka refused the relay's credentials (%s): check KAFKA_SECRET_ID's username, password and mechanism, and the principal's ACLs",
+  none: "Kafka asked the relay to log in (%s), and KAFKA_AUTH=none gives no credentials: point KAFKA_BROKERS at the listener you mean, or set KAFKA_AUTH (sasl with KAFKA_SECRET_ID, or iam)",
+  iam:
+    "Kafka refused the relay's MSK IAM token (%s): check that the relay's AWS credentials (on Lambda the function's role) may kafka-cluster:Connect to the cluster (docs/DEPLOY.md, MSK), " +
+    "that AWS_REGION is the cluster's region, that KAFKA_BROKERS names the cluster's IAM listener (port 9098; 9198 over public access), and that this machine's clock is right (a token is valid for 15 minutes from its signing)",
+};
+
+/** The MskIamError in the chain, if any: a token that could not be signed, wherever a client wrapped it. */
+function mskIamError(err: unknown, seen = new Set<unknown>()): MskIamError | undefined {
+  if (err instanceof MskIamError) return err;
+  if (!err || typeof err !== 'object' || seen.has(err)) return undefined;
+  seen.add(err);
+  const e = err as Chainable;
+  for (const next of [e.cause, e.originalError, ...(Array.isArray(e.errors) ? (e.errors as unknown[]) : [])]) {
+    const found = mskIamError(next, seen);
+    if (found) return found;
+  }
+  return undefined;
+}
+
+export function classifySendError(err: unknown, topic: string, auth: KafkaAuth = 'sasl'): SendFailure {
   // already ours, and saying what is wrong: passed on as they are
   if (err instanceof DeadlineExceededError || err instanceof KafkaClientLoadError) return { scope: 'broker', error: err };
+  // no token could be signed: as refused credentials, saying why
+  const unsigned = mskIamError(err);
+  if (unsigned) return { scope: 'auth', code: 'MSK_IAM_SIGNING', error: unsigned };
   const types = errorTypes(err);
   const message = err instanceof Error ? err.message : String(err);
   // the order matters: a SASL failure during a reconnect can be wrapped with the retried error
-  const auth = types.find((t) => AUTH_ERRORS.has(t));
-  if (auth) {
-    return { scope: 'auth', code: auth, error: new BrokerUnavailableError(`Kafka refused the relay's credentials (${auth}): check KAFKA_SECRET_ID's username, password and mechanism, and the principal's ACLs`, { cause: err }) };
+  const authType = types.find((t) => AUTH_ERRORS.has(t));
+  if (authType) {
+    return { scope: 'auth', code: authType, error: new BrokerUnavailableError(AUTH_HINTS[auth].replace('%s', authType), { cause: err }) };
   }
   const record = types.find((t) => RECORD_ERRORS.has(t));
   if (record) {

@@ -42,12 +42,12 @@ export function preloadKafkaClient(client: KafkaClientName): void {
 export function kafkaClient(kafka: Config['kafka'], logger: Logger, load: ClientLoader = CLIENT_LOADERS[kafka.client]): KafkaClient {
   let loading: Promise<KafkaClient> | undefined;
   return {
-    async connect(credentials) {
+    async connect(login) {
       loading ??= load(kafka, logger).catch((err: unknown) => {
         loading = undefined;
         throw new KafkaClientLoadError(kafka.client, err);
       });
-      return (await loading).connect(credentials);
+      return (await loading).connect(login);
     },
   };
 }

@@ -2,8 +2,8 @@
 // producer, acks=all, one request in flight per broker (kafkajs does not enforce
 // maxInFlightRequests=1 for idempotent producers, and without it a retried request can land
 // behind a later one and reorder an aggregate), the Java client's partitioner.
-import { CompressionTypes, Kafka, logLevel as KafkaLogLevel, Partitioners, type Admin, type KafkaConfig, type Producer, type SASLOptions } from 'kafkajs';
-import type { KafkaCredentials } from '../domain.ts';
+import kafkajs, { CompressionTypes, Kafka, logLevel as KafkaLogLevel, Partitioners, type Admin, type KafkaConfig, type Mechanism, type Producer, type SASLOptions } from 'kafkajs';
+import type { KafkaLogin } from '../domain.ts';
 import type { Logger } from '../log.ts';
 import type { OutboundMessage } from '../loop/ports.ts';
 import type { ClientProducer, KafkaClient, PublisherOptions } from './producer-publisher.ts';
@@ -22,8 +22,8 @@ export class KafkajsClient implements KafkaClient {
     private readonly logger: Logger,
   ) {}
 
-  async connect(credentials: KafkaCredentials | undefined): Promise<ClientProducer> {
-    const kafka = new Kafka(this.config(credentials));
+  async connect(login: KafkaLogin | undefined): Promise<ClientProducer> {
+    const kafka = new Kafka(this.config(login));
     const producer = kafka.producer({
       idempotent: true,
       maxInFlightRequests: 1,
@@ -40,7 +40,7 @@ export class KafkajsClient implements KafkaClient {
     return new KafkajsProducer(producer, kafka.admin(), this.kafka.compression === 'gzip' ? CompressionTypes.GZIP : CompressionTypes.None);
   }
 
-  private config(credentials: KafkaCredentials | undefined): KafkaConfig {
+  private config(login: KafkaLogin | undefined): KafkaConfig {
     const k = this.kafka;
     const config: KafkaConfig = {
       clientId: k.clientId,
@@ -58,9 +58,54 @@ export class KafkajsClient implements KafkaClient {
         else this.logger.debug(`kafkajs: ${message}`, fields);
       },
     };
-    if (credentials) config.sasl = { mechanism: credentials.mechanism, username: credentials.username, password: credentials.password } as SASLOptions;
+    if (login) config.sasl = sasl(login);
     return config;
   }
+}
+
+/** kafkajs' SASL options; with MSK IAM, OAUTHBEARER asking for the token at every authentication (a new connection, a re-authentication). */
+function sasl(login: KafkaLogin): SASLOptions | Mechanism {
+  if (login.mechanism === 'aws-msk-iam') return { mechanism: 'OAUTHBEARER', authenticationProvider: oauthBearer(login.token) };
+  return { mechanism: login.mechanism, username: login.username, password: login.password } as SASLOptions;
+}
+
+/**
+ * SASL/OAUTHBEARER (RFC 7628), as kafkajs' own but for a refused token. A broker that refuses one
+ * answers with an error challenge (`{"status":"invalid_token"}`), not with an error code; the
+ * client must then send %x01, and only that answer fails. kafkajs 2.2.4 takes the challenge for
+ * success: the connection goes on unauthenticated and its next request fails as a closed
+ * connection or ILLEGAL_SASL_STATE, read as an unavailable broker. Here it is a
+ * KafkaJSSASLAuthenticationError, so a refused token is handled as refused credentials
+ * (classify.ts): a new token, once, then a failure that says so.
+ */
+// not a named export of the CommonJS module; its type declares no constructor arguments, and the
+// class takes a message as every kafkajs error does
+const SaslAuthenticationError = kafkajs.KafkaJSSASLAuthenticationError as unknown as new (message: string) => Error;
+
+function oauthBearer(token: () => Promise<string>): Mechanism['authenticationProvider'] {
+  // kafkajs writes a request's encoding as it is, so it must carry its length (Kafka's BYTES)
+  const bytes = (b: Buffer) => {
+    const framed = Buffer.alloc(4 + b.length);
+    framed.writeInt32BE(b.length);
+    b.copy(framed, 4);
+    return { encode: () => Promise.resolve(framed) };
+  };
+  // and hands the server's bytes over the same way, after their length
+  const raw = { decode: (b: Buffer) => Promise.resolve(b.length >= 4 ? b.subarray(4, 4 + Math.max(0, b.readInt32BE(0))) : b), parse: (b: Buffer) => b };
+  return ({ saslAuthenticate }) => ({
+    async authenticate() {
+      const value = await token();
+      const challenge = await saslAuthenticate<Buffer>({ request: bytes(Buffer.from(`n,,\x01auth=Bearer ${value}\x01\x01`)), response: raw });
+      if (!challenge || challenge.length === 0) return;
+      const refusal = challenge.toString('utf8');
+      try {
+        await saslAuthenticate({ request: bytes(Buffer.from('\x01')) });
+      } catch (err) {
+        throw new SaslAuthenticationError(`SASL OAUTHBEARER: the broker refused the token (${refusal}): ${(err as Error).message}`);
+      }
+      throw new SaslAuthenticationError(`SASL OAUTHBEARER: the broker refused the token (${refusal})`);
+    },
+  });
 }
 
 /** One kafkajs producer (one producer id) and the admin client of the same Kafka instance. */

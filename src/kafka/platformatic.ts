@@ -19,7 +19,7 @@ import {
   type ProducerOptions,
   type SASLOptions,
 } from '@platformatic/kafka';
-import type { KafkaCredentials } from '../domain.ts';
+import type { KafkaCredentials, KafkaLogin } from '../domain.ts';
 import type { OutboundMessage } from '../loop/ports.ts';
 import type { ClientProducer, KafkaClient, PublisherOptions } from './producer-publisher.ts';
 
@@ -42,8 +42,8 @@ type StringProducer = Producer<string, string, string, string>;
 export class PlatformaticClient implements KafkaClient {
   constructor(private readonly kafka: PublisherOptions['kafka']) {}
 
-  async connect(credentials: KafkaCredentials | undefined): Promise<ClientProducer> {
-    const connection = this.connection(credentials);
+  async connect(login: KafkaLogin | undefined): Promise<ClientProducer> {
+    const connection = this.connection(login);
     const producer: StringProducer = new Producer({
       ...connection,
       idempotent: true,
@@ -69,7 +69,7 @@ export class PlatformaticClient implements KafkaClient {
   }
 
   /** What the producer and its admin client share: brokers, timeouts, retries, TLS, SASL. */
-  private connection(credentials: KafkaCredentials | undefined): ConnectionOptions & { clientId: string; bootstrapBrokers: string[]; retries: number; retryDelay: typeof retryDelay; timeout: number } {
+  private connection(login: KafkaLogin | undefined): ConnectionOptions & { clientId: string; bootstrapBrokers: string[]; retries: number; retryDelay: typeof retryDelay; timeout: number } {
     const k = this.kafka;
     return {
       clientId: k.clientId,
@@ -82,9 +82,31 @@ export class PlatformaticClient implements KafkaClient {
       timeout: BROKER_TIMEOUT_MS,
       // SNI with the broker's host name, as kafkajs does (MSK needs it)
       ...(k.ssl ? { tls: { rejectUnauthorized: k.sslRejectUnauthorized }, tlsServerName: true } : {}),
-      ...(credentials ? { sasl: { mechanism: MECHANISMS[credentials.mechanism], username: credentials.username, password: credentials.password } } : {}),
+      ...(login ? { sasl: sasl(login) } : {}),
     };
   }
+}
+
+/**
+ * The library's SASL options. With MSK IAM, `token` is a function: the library calls it at every
+ * authentication, a new connection's and the re-authentication it starts at 80% of the session's
+ * lifetime (the broker's, which MSK ends when the token expires). A rejection becomes its
+ * AuthenticationError (PLT_KFK_AUTHENTICATION) with ours as the cause.
+ */
+function sasl(login: KafkaLogin): SASLOptions {
+  if (login.mechanism === 'aws-msk-iam') return { mechanism: 'OAUTHBEARER', token: login.token, authBytesValidator: refusedToken };
+  return { mechanism: MECHANISMS[login.mechanism], username: login.username, password: login.password };
+}
+
+/**
+ * A broker that refuses an OAUTHBEARER token answers with an error challenge
+ * (`{"status":"invalid_token"}`, RFC 7628), not an error code, and the library (2.12) takes it for
+ * success unless told: the connection then goes on unauthenticated. Told here, it fails the
+ * authentication (PLT_KFK_AUTHENTICATION: refused credentials, classify.ts).
+ */
+function refusedToken(authBytes: Buffer, callback: (error: Error | null, result?: Buffer) => void): void {
+  if (authBytes.length === 0) callback(null, authBytes);
+  else callback(new Error(`SASL OAUTHBEARER: the broker refused the token (${authBytes.toString('utf8')})`));
 }
 
 class PlatformaticProducer implements ClientProducer {

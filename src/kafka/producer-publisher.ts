@@ -8,7 +8,7 @@
 // failed send (see sendOnce).
 import type { Deadline } from '../budget.ts';
 import type { Config } from '../config.ts';
-import type { KafkaCredentials, OutboxRow } from '../domain.ts';
+import type { KafkaLogin, OutboxRow } from '../domain.ts';
 import { DeadlineExceededError, type MessageRejectedError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import type { OutboundMessage, PublishOutcome, Publisher } from '../loop/ports.ts';
@@ -20,8 +20,11 @@ export interface PublisherOptions {
   /** configured OUTBOX_MAX_MESSAGE_BYTES; undefined = read the topic's limit from the broker */
   maxMessageBytes?: number;
   logger: Logger;
-  /** resolves SASL credentials (from Secrets Manager); `refresh` bypasses the cache after an auth failure */
-  credentials?: (refresh: boolean) => Promise<KafkaCredentials>;
+  /**
+   * how to log in: SASL credentials (from Secrets Manager) or MSK IAM tokens; `refresh`, after the
+   * broker refused them, reads the secret again or signs a new token
+   */
+  credentials?: (refresh: boolean) => Promise<KafkaLogin>;
 }
 
 /** One idempotent producer (one producer id, acks=all, one request in flight) of a client library. */
@@ -40,7 +43,7 @@ export interface KafkaClient {
    * A new producer, connected and with a producer id of its own. Rejects with the library's error
    * when the broker cannot be reached or refuses the credentials (classify.ts: isSaslAuthError).
    */
-  connect(credentials: KafkaCredentials | undefined): Promise<ClientProducer>;
+  connect(login: KafkaLogin | undefined): Promise<ClientProducer>;
 }
 
 // broker default message.max.bytes (1 MiB + record batch overhead)
@@ -137,7 +140,7 @@ export class ProducerPublisher implements Publisher {
       try {
         producer = await this.client.connect(this.opts.credentials ? await this.opts.credentials(refresh) : undefined);
       } catch (err) {
-        // rotated credentials: fetch the secret again once, then give up
+        // rotated credentials, or a token the broker no longer takes: fetch the secret again (sign a new token) once, then give up
         if (!refresh && this.opts.credentials && isSaslAuthError(err)) {
           this.opts.logger.warn('Kafka authentication failed; refreshing the Kafka secret once');
           refresh = true;
@@ -210,7 +213,7 @@ export class ProducerPublisher implements Publisher {
       await this.sendOnce(topic, group, deadline);
       return undefined;
     } catch (err) {
-      failure = classifySendError(err, topic);
+      failure = classifySendError(err, topic, this.opts.kafka.auth);
     }
     if (failure.scope !== 'producer' && failure.scope !== 'auth') return failure;
     if (failure.scope === 'auth' && this.opts.credentials) this.refreshCredentials = true;
@@ -219,7 +222,7 @@ export class ProducerPublisher implements Publisher {
       await this.sendOnce(topic, group, deadline);
       return undefined;
     } catch (err) {
-      return classifySendError(err, topic);
+      return classifySendError(err, topic, this.opts.kafka.auth);
     }
   }
 
@@ -245,7 +248,7 @@ export class ProducerPublisher implements Publisher {
     try {
       limit = Math.min(await this.topicLimit(topic, deadline), this.opts.kafka.maxRequestBytes);
     } catch (err) {
-      outcome.unavailable ??= classifySendError(err, topic).error;
+      outcome.unavailable ??= classifySendError(err, topic, this.opts.kafka.auth).error;
       return;
     }
     if (this.opts.kafka.compression !== 'none') limit -= compressionSlack(limit);
@@ -287,7 +290,7 @@ export class ProducerPublisher implements Publisher {
     try {
       return await this.topicLimit(topic, deadline);
     } catch (err) {
-      throw classifySendError(err, topic).error;
+      throw classifySendError(err, topic, this.opts.kafka.auth).error;
     }
   }
 

@@ -9,11 +9,16 @@
 //   process.kill(broker.pid, 'SIGKILL'); await broker.start();     // a crash, then a restart
 //   process.kill(broker.pid, 'SIGSTOP'); await broker.resume();    // a freeze, then SIGCONT
 //   await broker.stop();
+//
+// With `mskIam`, the broker has a second listener, `iamAddress`, that logs clients in as Amazon
+// MSK's IAM listener does: SASL/OAUTHBEARER with a SigV4-signed token, checked by
+// scripts/services/MskIamValidator.java against the local AWS emulator's key (test/test).
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import kafkajs from 'kafkajs';
 import { ROOT } from './helpers.ts';
 
@@ -23,8 +28,12 @@ const PROBE = 'private-broker.ready';
 export interface PrivateBroker {
   /** host:port for KAFKA_BROKERS */
   readonly address: string;
+  /** with `mskIam`: host:port of the SASL/OAUTHBEARER listener whose tokens MskIamValidator checks */
+  readonly iamAddress: string | undefined;
   /** the broker's process, to kill or pause */
   readonly pid: number;
+  /** its stdout and stderr (MskIamValidator prints why it refused a token there) */
+  readonly logFile: string;
   /** Starts it (again, after a kill) on the same data and ports; resolves once it answers metadata requests. */
   start(): Promise<void>;
   /** SIGCONT, then waits until it answers again (KRaft fences a broker whose heartbeats stopped). */
@@ -40,10 +49,55 @@ async function freePort(): Promise<number> {
   return port;
 }
 
-export async function startPrivateBroker(): Promise<PrivateBroker> {
+/** The IAM listener's options: MskIamValidator's JAAS options, and how long a session may last before the client must log in again. */
+export interface MskIamListener {
+  /** the one access key the validator knows and its secret key (default test/test, the emulator's) */
+  accessKeyId?: string;
+  secretAccessKey?: string;
+  /** a token is expired this long after its X-Amz-Date at most, whatever its X-Amz-Expires says (default 900) */
+  maxLifetimeSeconds?: number;
+  /** the listener's connections.max.reauth.ms: a session ends then, or when its token expires if sooner (default 0: never) */
+  maxReauthMs?: number;
+}
+
+const VALIDATOR_SOURCE = join(ROOT, 'scripts', 'services', 'MskIamValidator.java');
+
+/**
+ * MskIamValidator compiled against the broker's jars, once per version of its source: a directory
+ * under .cache/msk-iam-validator named by the source's hash (compiled into a temporary directory
+ * and renamed, so a concurrent run never sees half a build).
+ */
+export function mskIamValidatorClasses(): string {
+  const hash = createHash('sha256').update(readFileSync(VALIDATOR_SOURCE)).digest('hex').slice(0, 16);
+  const dir = join(ROOT, '.cache', 'msk-iam-validator', hash);
+  if (existsSync(join(dir, 'MskIamValidator.class'))) return dir;
+  mkdirSync(join(dir, '..'), { recursive: true });
+  const building = mkdtempSync(`${dir}.building-`);
+  // javac as a module of the runtime, not the `javac` command: the JRE that scripts/services/kafka.sh
+  // installs (openjdk-17-jre-headless) has the compiler module (it runs KafkaScram.java) but no javac
+  // (the compiler's class path takes no `dir/*`: that is the launchers' expansion)
+  const jars = readdirSync(dirname(LIBS)).filter((f) => f.endsWith('.jar')).map((f) => join(dirname(LIBS), f));
+  const javac = spawnSync('java', ['-m', 'jdk.compiler/com.sun.tools.javac.Main', '-d', building, '-cp', jars.join(':'), VALIDATOR_SOURCE], { encoding: 'utf8', timeout: 120_000 });
+  if (javac.status !== 0) rmSync(building, { recursive: true, force: true });
+  if (javac.status !== 0) throw new Error(`compiling ${VALIDATOR_SOURCE} failed (Java 17+ with its jdk.compiler module; is .cache/kafka/libs there?):\n${javac.stdout}${javac.stderr}${javac.error ?? ''}`);
+  try {
+    renameSync(building, dir);
+  } catch (err) {
+    // another run renamed its build there first: the same source, the same classes
+    rmSync(building, { recursive: true, force: true });
+    if (!existsSync(join(dir, 'MskIamValidator.class'))) throw err;
+  }
+  return dir;
+}
+
+export async function startPrivateBroker(options: { mskIam?: MskIamListener } = {}): Promise<PrivateBroker> {
   const dir = mkdtempSync(join(tmpdir(), 'outbox-relay-broker-'));
   const [port, controllerPort] = [await freePort(), await freePort()];
   const address = `127.0.0.1:${port}`;
+  const iam = options.mskIam;
+  const iamAddress = iam ? `127.0.0.1:${await freePort()}` : undefined;
+  const classPath = iam ? `${LIBS}:${mskIamValidatorClasses()}` : LIBS;
+  const jaasOption = (name: string, value: string | number | undefined) => (value === undefined ? '' : ` ${name}="${value}"`);
   const config = join(dir, 'server.properties');
   // the shared broker's settings (scripts/services/kafka.sh) that tests depend on: no topic created
   // by a client, one replica, three partitions
@@ -53,11 +107,22 @@ export async function startPrivateBroker(): Promise<PrivateBroker> {
       'process.roles=broker,controller',
       'node.id=1',
       `controller.quorum.bootstrap.servers=127.0.0.1:${controllerPort}`,
-      `listeners=PLAINTEXT://${address},CONTROLLER://127.0.0.1:${controllerPort}`,
-      `advertised.listeners=PLAINTEXT://${address}`,
+      `listeners=PLAINTEXT://${address},CONTROLLER://127.0.0.1:${controllerPort}${iam ? `,IAM://${iamAddress}` : ''}`,
+      `advertised.listeners=PLAINTEXT://${address}${iam ? `,IAM://${iamAddress}` : ''}`,
       'inter.broker.listener.name=PLAINTEXT',
       'controller.listener.names=CONTROLLER',
-      'listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT',
+      `listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT${iam ? ',IAM:SASL_PLAINTEXT' : ''}`,
+      // MSK's IAM listener, on loopback without TLS (MSK's has TLS; the relay's TLS default spares loopback brokers)
+      ...(iam
+        ? [
+            'listener.name.iam.sasl.enabled.mechanisms=OAUTHBEARER',
+            'listener.name.iam.oauthbearer.sasl.server.callback.handler.class=MskIamValidator',
+            // the login module wants a login of the broker's own on every OAUTHBEARER listener, though it never uses it here
+            'listener.name.iam.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="broker"' +
+              `${jaasOption('accessKeyId', iam.accessKeyId)}${jaasOption('secretAccessKey', iam.secretAccessKey)}${jaasOption('maxLifetimeSeconds', iam.maxLifetimeSeconds)};`,
+            `listener.name.iam.oauthbearer.connections.max.reauth.ms=${iam.maxReauthMs ?? 0}`,
+          ]
+        : []),
       `log.dirs=${join(dir, 'data')}`,
       'num.partitions=3',
       'default.replication.factor=1',
@@ -106,13 +171,15 @@ export async function startPrivateBroker(): Promise<PrivateBroker> {
 
   const broker: PrivateBroker = {
     address,
+    iamAddress,
+    logFile: log,
     get pid() {
       return child!.pid!;
     },
     async start() {
       if (alive()) return;
       const out = openSync(log, 'a');
-      child = spawn('java', ['-Xmx256m', '-Xms64m', '-XX:+UseSerialGC', `-Dlog4j2.configurationFile=${join(ROOT, '.cache', 'kafka', 'log4j2.properties')}`, '-cp', LIBS, 'kafka.Kafka', config], {
+      child = spawn('java', ['-Xmx256m', '-Xms64m', '-XX:+UseSerialGC', `-Dlog4j2.configurationFile=${join(ROOT, '.cache', 'kafka', 'log4j2.properties')}`, '-cp', classPath, 'kafka.Kafka', config], {
         stdio: ['ignore', out, out],
       });
       await ready();

@@ -269,3 +269,38 @@ describe('loadConfig: the log level (OUTBOX_LOG_LEVEL, else POWERTOOLS_LOG_LEVEL
     assert.deepEqual(written({}), ['INFO', 'ERROR']);
   });
 });
+
+describe('loadConfig: KAFKA_AUTH (SASL secret, MSK IAM or none)', () => {
+  const msk = 'b-1.orders.abc123.c2.kafka.eu-west-1.amazonaws.com:9098';
+
+  it('unset: sasl with KAFKA_SECRET_ID, else none, as before KAFKA_AUTH existed', () => {
+    assert.equal(loadConfig(base).kafka.auth, 'none');
+    assert.equal(loadConfig({ ...base, KAFKA_SECRET_ID: 'kafka' }).kafka.auth, 'sasl');
+    assert.equal(loadConfig({ ...base, KAFKA_AUTH: 'SASL', KAFKA_SECRET_ID: 'kafka' }).kafka.auth, 'sasl');
+  });
+
+  it('iam: no secret, the region from AWS_REGION, TLS on by default off this machine (and off on loopback)', () => {
+    const c = loadConfig({ ...base, KAFKA_BROKERS: msk, KAFKA_AUTH: 'iam', AWS_REGION: 'eu-west-1' });
+    assert.deepEqual([c.kafka.auth, c.kafka.region, c.kafka.secretId, c.kafka.ssl], ['iam', 'eu-west-1', undefined, true]);
+    assert.equal(loadConfig({ ...base, KAFKA_AUTH: 'iam', AWS_REGION: 'us-east-1' }).kafka.ssl, false, 'a broker on this machine: the plaintext exception');
+    assert.equal(loadConfig({ ...base, KAFKA_BROKERS: msk, KAFKA_AUTH: 'iam', AWS_REGION: 'eu-west-1', KAFKA_SSL: 'true' }).kafka.ssl, true);
+  });
+
+  it('G8: iam with a secret too is refused, saying which to unset', () => {
+    const p = problems({ ...base, KAFKA_BROKERS: msk, KAFKA_AUTH: 'iam', AWS_REGION: 'eu-west-1', KAFKA_SECRET_ID: 'kafka' });
+    assert.equal(p.length, 1);
+    assert.match(p[0]!, /KAFKA_AUTH=iam .*takes no secret, and KAFKA_SECRET_ID is set too: unset KAFKA_SECRET_ID/);
+  });
+
+  it('G8: iam without AWS_REGION, iam over plaintext to brokers off this machine, sasl without a secret, none with one: each refused, saying what to do', () => {
+    assert.deepEqual(problems({ ...base, KAFKA_BROKERS: msk, KAFKA_AUTH: 'iam' }), [
+      "KAFKA_AUTH=iam signs its tokens for the cluster's region, and AWS_REGION is not set: set it to the MSK cluster's region, e.g. AWS_REGION=eu-west-1 (Lambda sets it to the function's)",
+    ]);
+    const plaintext = problems({ ...base, KAFKA_BROKERS: msk, KAFKA_AUTH: 'iam', AWS_REGION: 'eu-west-1', KAFKA_SSL: 'false' });
+    assert.equal(plaintext.length, 1);
+    assert.match(plaintext[0]!, /KAFKA_AUTH=iam with KAFKA_SSL=false would send the IAM token .* unencrypted to b-1\.orders.*: unset KAFKA_SSL/);
+    assert.match(problems({ ...base, KAFKA_AUTH: 'sasl' })[0]!, /KAFKA_AUTH=sasl needs KAFKA_SECRET_ID/);
+    assert.match(problems({ ...base, KAFKA_AUTH: 'none', KAFKA_SECRET_ID: 'kafka' })[0]!, /KAFKA_AUTH=none logs in with no credentials, and KAFKA_SECRET_ID is set too/);
+    assert.deepEqual(problems({ ...base, KAFKA_AUTH: 'oauth' }), ['KAFKA_AUTH="oauth" is not one of none, sasl, iam (default sasl when KAFKA_SECRET_ID is set, else none)']);
+  });
+});

@@ -546,3 +546,51 @@ function renderDashboard(widgets: Widget[]): string {
   out.push(`</svg>`);
   return out.join('\n') + '\n';
 }
+
+describe('serverless.yml: MSK IAM access control', () => {
+  const exists = (t: Resolved, id: string): boolean => {
+    const c = (t.resources.Resources[id] as { Condition?: string } | undefined)?.Condition;
+    return c === undefined ? id in t.resources.Resources : condition(t, c);
+  };
+  /** Fn::Join, Fn::Select and Fn::Split of strings, as CloudFormation evaluates them */
+  const evaluate = (v: Json): string => {
+    if (typeof v === 'string') return v;
+    const [fn, args] = Object.entries(v as Obj)[0] as [string, Json[]];
+    if (fn === 'Fn::Join') return (args[1] as Json[]).map(evaluate).join(args[0] as string);
+    if (fn === 'Fn::Select') {
+      const list = args[1] as Obj;
+      const [sep, s] = list['Fn::Split'] as [string, Json];
+      return evaluate(s).split(sep)[args[0] as number]!;
+    }
+    return assert.fail(`unsupported function ${fn}`);
+  };
+  const CLUSTER = 'arn:aws:kafka:eu-west-1:123456789012:cluster/orders/0b1c2d3e-aaaa-bbbb-cccc-1234567890ab-2';
+  const statements = (t: Resolved) => (resourcesOfType(t, 'AWS::IAM::Policy').RelayMskIamPolicy!.PolicyDocument as Obj).Statement as Obj[];
+
+  it('not by default: KAFKA_AUTH unset (sasl with a secret, else none) and no kafka-cluster permission at all', () => {
+    const t = deployed();
+    assert.equal(t.provider.environment.KAFKA_AUTH, '');
+    assert.equal(exists(t, 'RelayMskIamPolicy'), false);
+    assert.doesNotMatch(JSON.stringify(t.resources.Resources.RelaySecretsPolicy), /kafka-cluster/);
+  });
+
+  it("kafkaAuth=iam: Connect and WriteDataIdempotently on the cluster, WriteData and the topic reads on the topics under the template's prefix", () => {
+    const t = deployed({ kafkaAuth: 'iam', mskClusterArn: CLUSTER });
+    assert.equal(t.provider.environment.KAFKA_AUTH, 'iam');
+    assert.equal(exists(t, 'RelayMskIamPolicy'), true);
+    const [cluster, topics, ...rest] = statements(t);
+    assert.equal(rest.length, 0);
+    assert.deepEqual(cluster!.Action, ['kafka-cluster:Connect', 'kafka-cluster:WriteDataIdempotently']);
+    assert.equal(cluster!.Resource, CLUSTER);
+    assert.deepEqual(topics!.Action, ['kafka-cluster:WriteData', 'kafka-cluster:DescribeTopic', 'kafka-cluster:DescribeTopicDynamicConfiguration']);
+    assert.equal(evaluate(topics!.Resource!), 'arn:aws:kafka:eu-west-1:123456789012:topic/orders/0b1c2d3e-aaaa-bbbb-cccc-1234567890ab-2/outbox.event.*');
+    // the relay's own prefix for the same settings
+    const env = Object.fromEntries(Object.entries(t.provider.environment).map(([k, v]) => [k, typeof v === 'string' || typeof v === 'number' ? String(v) : undefined]));
+    assert.equal(loadConfig({ ...env, DATABASE_SECRET_ID: 'db', KAFKA_BROKERS: 'b-1.orders.kafka.eu-west-1.amazonaws.com:9098', AWS_REGION: 'eu-west-1' }).outbox.rowRules.topicPrefix, 'outbox.event.');
+  });
+
+  it('kafkaAuth=iam with topicPrefix: the topics under that prefix', () => {
+    const t = deployed({ kafkaAuth: 'iam', mskClusterArn: CLUSTER, topicPrefix: 'billing.', topicTemplate: '{aggregatetype}' });
+    assert.equal(evaluate(statements(t)[1]!.Resource!), 'arn:aws:kafka:eu-west-1:123456789012:topic/orders/0b1c2d3e-aaaa-bbbb-cccc-1234567890ab-2/billing.*');
+  });
+});
