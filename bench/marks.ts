@@ -9,6 +9,7 @@
 import type { Sql } from 'postgres';
 import { parseTableName, qualified, sentTable } from '../src/outbox/identifier.ts';
 import * as q from '../src/outbox/sql.ts';
+import { DEFAULT_CLAIM_BYTES } from '../src/outbox/store.ts';
 import type { PruneTarget } from '../src/loop/ports.ts';
 import { CpuMeter } from './cpu.ts';
 import { markInPlaceSql } from './sql.ts';
@@ -92,7 +93,7 @@ async function lifeOf(ctx: MarksBenchContext, o: Option, run: number): Promise<R
   const sent = qualified(sentTable(parseTableName(table)));
   if (o.setup) await ctx.sql.unsafe(o.setup(sent));
   await ctx.sql.unsafe(`ALTER TABLE ${t} SET (autovacuum_enabled = false); ALTER TABLE ${sent} SET (autovacuum_enabled = false)`);
-  const claim = q.claimStatement(t, 'hold', ctx.batch, { aggregates: [], inFlight: [], topics: [], topicTemplate: 'bench' }, table);
+  const claim = q.claimStatement(t, 'hold', ctx.batch, { aggregates: [], inFlight: [], topics: [], topicTemplate: 'bench' }, table, DEFAULT_CLAIM_BYTES);
   const mark = o.mark(t, sent);
   const out = {} as Record<Phase, Cost>;
   out['claim+mark'] = await measure(ctx, async () => {

@@ -58,6 +58,8 @@ export interface Config {
     parkedPolicy: ParkedPolicy;
     /** upper bound for one encoded message; undefined = ask the broker */
     maxMessageBytes?: number;
+    /** the most payload bytes one claim takes (its first row whatever its size): OUTBOX_MAX_BATCH_BYTES */
+    maxBatchBytes: number;
     /** keep: move acked rows to the sent table and prune them after retainSentMs; delete: delete them when acked */
     sentRows: 'keep' | 'delete';
     /** delete sent rows older than this many ms, alongside the loop; 0 = never */
@@ -279,6 +281,7 @@ function outboxConfig(read: EnvReader, prepare: boolean): Config['outbox'] {
     rowRules: rowRules(read, topicTemplate),
     parkedPolicy: read.oneOf('OUTBOX_PARKED_POLICY', PARKED_POLICIES, 'hold'),
     maxMessageBytes: read.str('OUTBOX_MAX_MESSAGE_BYTES') === undefined ? undefined : read.int('OUTBOX_MAX_MESSAGE_BYTES', 1_000_000, 1_024, 100_000_000),
+    maxBatchBytes: read.int('OUTBOX_MAX_BATCH_BYTES', defaultMaxBatchBytes(functionMemoryMb(read)), 1_024, 4 * 1024 ** 3),
     sentRows: read.oneOf('OUTBOX_SENT_ROWS', ['keep', 'delete'] as const, 'keep'),
     retainSentMs: read.int('OUTBOX_RETAIN_SENT_MS', 86_400_000, 0, 365 * 86_400_000),
     // skipped rows are the audit record of an operator's decision: kept a month, not a day
@@ -291,6 +294,25 @@ function outboxConfig(read: EnvReader, prepare: boolean): Config['outbox'] {
     wakeDefaulted: read.str('OUTBOX_WAKE') === undefined,
     pollMs: read.int('OUTBOX_POLL_MS', 250, 10, 60_000),
   };
+}
+
+/** Lambda's AWS_LAMBDA_FUNCTION_MEMORY_SIZE (MB, the function's memorySize); 512 elsewhere, the memory serverless.yml gives the function. */
+function functionMemoryMb(read: EnvReader): number {
+  return read.str('AWS_LAMBDA_FUNCTION_MEMORY_SIZE') === undefined ? 512 : read.int('AWS_LAMBDA_FUNCTION_MEMORY_SIZE', 512, 128, 10_240);
+}
+
+/** MB the process holds before any batch: Node, the bundle, both clients (measured: docs/configuration.md, OUTBOX_MAX_BATCH_BYTES) */
+const BASELINE_MB = 128;
+/** copies of a batch's payloads the process holds at its peak, the claim ahead included (measured, same place) */
+const BATCH_COPIES = 6;
+
+/**
+ * OUTBOX_MAX_BATCH_BYTES' default for a function of `memoryMb` MB: what is left over the
+ * baseline, shared by the copies of a batch held at once, in whole MiB, at least 1 MiB (a batch
+ * takes its first row whatever its size). 512 MB: 64 MiB.
+ */
+export function defaultMaxBatchBytes(memoryMb: number): number {
+  return Math.max(1, Math.floor((memoryMb - BASELINE_MB) / BATCH_COPIES)) * 1024 * 1024;
 }
 
 /**

@@ -10,11 +10,24 @@ export interface OutboxRow {
   aggregatetype: string;
   aggregateid: string;
   type: string;
-  /** payload as JSON text, or null */
+  /** payload as JSON text, or null (a NULL payload, or one the claim left out: payloadLeftOut) */
   payload: string | null;
+  /**
+   * the payload's size in bytes (its JSON text, UTF-8), as the outbox stores it (payload_bytes,
+   * migration 004); null for a NULL payload. Absent where rows do not come from a claim.
+   */
+  payload_bytes?: number | null;
   topic: string | null;
   headers: Record<string, unknown> | null;
   attempts: number;
+}
+
+/**
+ * The claim left this row's payload out (larger than it reads with the batch): it is read
+ * afterwards if the row's topic takes a message that large, else the row is parked from its size.
+ */
+export function payloadLeftOut(row: OutboxRow): row is OutboxRow & { payload: null; payload_bytes: number } {
+  return row.payload === null && row.payload_bytes != null;
 }
 
 // Topic routing: a row's own `topic`, else the template (OUTBOX_TOPIC_TEMPLATE) with each

@@ -300,7 +300,16 @@ class Invocation {
         return { acked: [], rejected: [], backedOff: [], unavailable: err as RelayError };
       }
     }
-    const plan = planBatch(ready, { ...ctx, limits });
+    let plan = planBatch(ready, { ...ctx, limits });
+    if (plan.unread.length > 0) {
+      // payloads the claim left out as larger than it reads, whose topics take messages that
+      // large (their limits were not known at the claim): read now, and plan again
+      const unread = new Set(plan.unread);
+      await batch.tx.readPayloads(ready.filter((r) => unread.has(r.seq)));
+      plan = planBatch(ready, { ...ctx, limits });
+      // rows locked by this batch cannot lose their payloads: a second miss is a bug, never a send out of order
+      if (plan.unread.length > 0) throw new DatabaseError(`the payloads of rows ${plan.unread.join(', ')} could not be read; nothing of this batch was sent`);
+    }
     batch.tx.premark(plan.messages.map((m) => m.seq));
     // The client was abandoned since this batch was claimed (the claim ahead, while the batch
     // before it was committed): the server has rolled its transaction back, so its rows are no

@@ -174,7 +174,10 @@ export class Runtime {
 
   async outboxStore(refresh = false, deadline?: Deadline): Promise<OutboxStore> {
     const sql = await this.database(refresh, deadline);
-    this.store ??= this.newStore(sql, { prepare: this.prepare, sentRows: this.config.outbox.sentRows });
+    const { sentRows, maxBatchBytes, maxMessageBytes } = this.config.outbox;
+    // OUTBOX_MAX_MESSAGE_BYTES, when set, is every topic's limit: a larger payload is never read
+    const claimBytes = { batch: maxBatchBytes, ...(maxMessageBytes === undefined ? {} : { payload: maxMessageBytes }) };
+    this.store ??= this.newStore(sql, { prepare: this.prepare, sentRows, claimBytes });
     return this.store;
   }
 

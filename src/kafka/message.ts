@@ -43,10 +43,21 @@ export function encodedSize(m: OutboundMessage): number {
   return BATCH_OVERHEAD_BYTES + recordBytes(m);
 }
 
-/** A message over its topic's `limit` (max.message.bytes) can never be sent: parked at once (permanent). */
-export function tooLarge(m: OutboundMessage, limit: number): MessageRejectedError | undefined {
-  const size = encodedSize(m);
+/**
+ * A message over its topic's `limit` (max.message.bytes) can never be sent: parked at once
+ * (permanent). `unreadValueBytes`: the size of a payload the claim left out (never read), counted
+ * as the value.
+ */
+export function tooLarge(m: OutboundMessage, limit: number, unreadValueBytes?: number): MessageRejectedError | undefined {
+  const size = encodedSize(m) + (unreadValueBytes ?? 0);
   if (size <= limit) return undefined;
+  if (unreadValueBytes !== undefined) {
+    return new MessageRejectedError(
+      `payload is ${unreadValueBytes} bytes (the message ${size}), over the ${limit}-byte limit of topic ${m.topic}; parked from its size, the payload was not read: ` +
+        'shrink the payload (keep large data elsewhere and send a reference to it) or raise max.message.bytes / OUTBOX_MAX_MESSAGE_BYTES',
+      true,
+    );
+  }
   return new MessageRejectedError(`message is ${size} bytes, over the ${limit}-byte limit of topic ${m.topic}: shrink the payload or raise max.message.bytes / OUTBOX_MAX_MESSAGE_BYTES`, true);
 }
 

@@ -93,8 +93,8 @@ export class ProducerPublisher implements Publisher {
     return toMessage(row, topicTemplate);
   }
 
-  tooLarge(m: OutboundMessage, limitBytes: number): MessageRejectedError | undefined {
-    return tooLarge(m, limitBytes);
+  tooLarge(m: OutboundMessage, limitBytes: number, unreadValueBytes?: number): MessageRejectedError | undefined {
+    return tooLarge(m, limitBytes, unreadValueBytes);
   }
 
   /** The producer every new send uses; connects one when there is none (first use, or the last was retired). */

@@ -2,7 +2,7 @@
 // send (they can never be sent as they are), and which wait, uncharged, for a later batch. What a
 // message is, and which the broker can never take, the publisher says (MessageFormat); what a row
 // may choose (its topic's prefix, its headers), the relay's rules (row-rules.ts).
-import type { OutboxRow } from '../domain.ts';
+import { payloadLeftOut, type OutboxRow } from '../domain.ts';
 import { MessageRejectedError } from '../errors.ts';
 import type { MessageFormat, OutboundMessage } from './ports.ts';
 import { brokenRule, type RowRules } from './row-rules.ts';
@@ -14,6 +14,12 @@ export interface Plan {
   rejected: Array<{ seq: string; error: MessageRejectedError }>;
   /** rows that wait, uncharged: behind a rejected row, a change of topic, or a backed-off topic */
   waiting: string[];
+  /**
+   * rows whose payload the claim left out (payloadLeftOut) and whose topic takes a message that
+   * large: to read (BatchTransaction.readPayloads). While any is listed, the plan is incomplete and
+   * none of its messages may be sent: plan again once they are read.
+   */
+  unread: string[];
 }
 
 export interface PlanContext {
@@ -55,7 +61,7 @@ function messageOf(row: OutboxRow, ctx: Omit<PlanContext, 'limits'>): OutboundMe
 
 /** `rows` in seq order. Once a row of an aggregate is not sent now, none of its later rows is (G4). */
 export function planBatch(rows: OutboxRow[], ctx: PlanContext): Plan {
-  const plan: Plan = { messages: [], rejected: [], waiting: [] };
+  const plan: Plan = { messages: [], rejected: [], waiting: [], unread: [] };
   const stopped = new Set<string>();
   const topicOf = new Map<string, string>();
   for (const row of rows) {
@@ -82,10 +88,17 @@ export function planBatch(rows: OutboxRow[], ctx: PlanContext): Plan {
       continue;
     }
     const limit = ctx.limits.get(m.topic);
-    const tooLarge = limit === undefined ? undefined : ctx.format.tooLarge(m, limit);
+    // a payload the claim left out is sized from payload_bytes: parked unread when too large
+    const unread = payloadLeftOut(row) ? row.payload_bytes : undefined;
+    const tooLarge = limit === undefined ? undefined : ctx.format.tooLarge(m, limit, unread);
     if (tooLarge) {
       plan.rejected.push({ seq: row.seq, error: tooLarge });
       stopped.add(row.aggregateid);
+      continue;
+    }
+    if (unread !== undefined) {
+      // not a stop: every payload to read is found at once (the plan is made again once they are)
+      plan.unread.push(row.seq);
       continue;
     }
     plan.messages.push(m);

@@ -46,6 +46,8 @@ export type NothingClaimable = 'locked' | 'behind-failed-rows' | 'empty';
 export interface BatchTransaction {
   /** Up to `limit` rows in seq order, locked by this transaction, with the order guard's verdict. */
   claim(limit: number, filter: ClaimFilter): Promise<ClaimedRow[]>;
+  /** Fill in the payloads the claim left out (payloadLeftOut) of these claimed rows, read now. */
+  readPayloads(rows: ClaimedRow[]): Promise<void>;
   /** Write the marks of rows about to be sent, uncommitted, while they are on their way (see store). */
   premark(seqs: string[]): void;
   /**
@@ -114,8 +116,12 @@ export interface MessageFormat {
    * MessageRejectedError when the row can never be sent as it is (a topic name the broker refuses).
    */
   toMessage(row: OutboxRow, topicTemplate: string): OutboundMessage;
-  /** Why `message` can never be sent to a topic that takes at most `limitBytes` (maxMessageBytes); undefined when it fits. */
-  tooLarge(message: OutboundMessage, limitBytes: number): MessageRejectedError | undefined;
+  /**
+   * Why `message` can never be sent to a topic that takes at most `limitBytes` (maxMessageBytes);
+   * undefined when it fits. `unreadValueBytes`: the size of a value not read (its row's payload,
+   * left out by the claim), counted in its place.
+   */
+  tooLarge(message: OutboundMessage, limitBytes: number, unreadValueBytes?: number): MessageRejectedError | undefined;
 }
 
 export interface PublishOutcome {

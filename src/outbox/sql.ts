@@ -19,33 +19,64 @@ class Params {
   }
 }
 
+/** The claim's bounds in bytes (OutboxStore's options; docs/order-guard.md, "Batches bounded in bytes"). */
+export interface ClaimBytes {
+  /** OUTBOX_MAX_BATCH_BYTES: the most payload bytes one claim takes (its first row, whatever its size) */
+  batch: number;
+  /**
+   * a larger payload is left out (NULL, its size in payload_bytes): read afterwards if its topic
+   * takes a message that large, else the row is parked from its size, its payload never read
+   */
+  payload: number;
+}
+
 /**
- * The claim: up to `limit` pending, due rows in seq order, locked, each with whether the order
- * guard lets it be published now (G4), in one statement (one round trip). docs/order-guard.md
- * explains it fragment by fragment; each fragment below says why it exists. A fragment that
- * serves a feature is in the statement only while that feature is on (aggregates left out, topics
- * backed off), so the usual claim is the short one; each shape is its own prepared statement.
- * `lockSeed` seeds the aggregates' advisory-lock keys (the table's name).
+ * The claim: up to `limit` pending, due rows in seq order, and at most `bytes.batch` bytes of
+ * payload, locked, each with whether the order guard lets it be published now (G4), in one
+ * statement (one round trip). docs/order-guard.md explains it fragment by fragment; each fragment
+ * below says why it exists. A fragment that serves a feature is in the statement only while that
+ * feature is on (aggregates left out, topics backed off), so the usual claim is the short one;
+ * each shape is its own prepared statement. `lockSeed` seeds the aggregates' advisory-lock keys
+ * (the table's name).
  */
-export function claimStatement(t: string, policy: ParkedPolicy, limit: number, filter: ClaimFilter, lockSeed: string): Statement {
+export function claimStatement(t: string, policy: ParkedPolicy, limit: number, filter: ClaimFilter, lockSeed: string, bytes: ClaimBytes): Statement {
   const p = new Params();
   const claim = { limit: p.add(limit), seed: p.add(lockSeed), inFlight: p.add(filter.inFlight) };
+  const size = { batch: p.add(bytes.batch), payload: p.add(bytes.payload) };
   const leftOut = filter.aggregates.length > 0 ? p.add(filter.aggregates) : undefined;
   const topics = filter.topics.length > 0 ? { template: p.add(filter.topicTemplate), list: p.add(filter.topics) } : undefined;
   const ctes = [
     `blocked AS MATERIALIZED (${blockedAggregates(t, policy)})`,
     topics ? `held AS MATERIALIZED (${firstRowsForTopics(t, topics)})` : undefined,
     `cand AS MATERIALIZED (${candidates(t, claim, leftOut, topics !== undefined)})`,
-    'aggs AS (SELECT aggregateid, max(seq) AS max_seq, array_agg(seq) AS seqs FROM cand GROUP BY aggregateid)',
+    `cut AS MATERIALIZED (${batchBytesCut(size.batch)})`,
+    'taken AS NOT MATERIALIZED (SELECT * FROM cand WHERE seq <= (SELECT last_seq FROM cut))',
+    'aggs AS (SELECT aggregateid, max(seq) AS max_seq, array_agg(seq) AS seqs FROM taken GROUP BY aggregateid)',
     `quick AS MATERIALIZED (SELECT ${anyGapPossible(t, claim.inFlight)} OR ${staleMarkBelow(t)} AS maybe)`,
     `gap AS MATERIALIZED (${firstGaps(t, policy)})`,
   ].filter((c) => c !== undefined);
   // no ORDER BY: OutboxStore.claim puts the rows in seq order (a sort of the wide rows costs the
-  // database more than it costs the caller)
+  // database more than it costs the caller). A payload is rendered here, for the rows taken only,
+  // and only up to bytes.payload (see ClaimBytes).
   const text = `WITH ${ctes.join(',\n')}
-SELECT c.*, g.first_gap, (g.first_gap IS NULL OR c.seq < g.first_gap) AS publishable
-FROM cand c LEFT JOIN gap g ON g.aggregateid = c.aggregateid`;
+SELECT c.seq, c.id, c.aggregatetype, c.aggregateid, c.type, CASE WHEN c.payload_bytes <= ${size.payload} THEN c.payload::text END AS payload, c.payload_bytes,
+  c.topic, c.headers, c.attempts, g.first_gap, (g.first_gap IS NULL OR c.seq < g.first_gap) AS publishable
+FROM taken c LEFT JOIN gap g ON g.aggregateid = c.aggregateid`;
   return { text, params: p.list };
+}
+
+/**
+ * The last candidate the batch takes: candidates are taken in seq order while their payloads add
+ * up to at most `batchBytes` (each row's size is stored with it: payload_bytes, migration 004), and
+ * the first one whatever its size, so a batch never stalls behind a large row; a row too large for
+ * any message is taken too, and parked from its size. The rows taken are a prefix of the
+ * candidates in seq order, so an aggregate's rows taken stay a prefix of its pending rows (G4);
+ * the candidates past the cut stay locked until the batch ends and go to a later batch. The window
+ * sorts only (seq, size) pairs, at most the batch size of them.
+ */
+function batchBytesCut(batchBytes: string): string {
+  return `SELECT coalesce(max(seq) FILTER (WHERE running <= ${batchBytes}::bigint), min(seq)) AS last_seq
+  FROM (SELECT seq, sum(coalesce(payload_bytes, 0)) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) AS running FROM cand) s`;
 }
 
 /** the conditions of a pending row: not sent, skipped, parked or marked waiting (the claim index's predicate) */
@@ -75,10 +106,12 @@ function firstRowsForTopics(t: string, $: { template: string; list: string }): s
  * rows behind a backed-off topic, and rows not due (tested on the claim index's entry). The CASE
  * tries the lock only for rows otherwise claimable, in whatever order the plan
  * tests the conditions. ORDER BY both keys of the claim index: the only path that yields seq
- * order without a sort (the batch's planner settings price sorts out).
+ * order without a sort (the batch's planner settings price sorts out). The payload is kept as
+ * stored (a large one as a pointer to its TOAST data), not rendered: only the rows the byte cut
+ * takes are.
  */
 function candidates(t: string, $: { limit: string; seed: string }, leftOut: string | undefined, topics: boolean): string {
-  return `SELECT r.seq, r.id, r.aggregatetype, r.aggregateid, r.type, r.payload::text AS payload, r.topic, r.headers, r.attempts
+  return `SELECT r.seq, r.id, r.aggregatetype, r.aggregateid, r.type, r.payload, r.payload_bytes, r.topic, r.headers, r.attempts
   FROM ${t} r
   WHERE ${pending('r')}
     AND (r.aggregateid NOT IN (SELECT aggregateid FROM blocked) OR r.seq < (SELECT b.first_blocked FROM blocked b WHERE b.aggregateid = r.aggregateid))${
@@ -102,7 +135,7 @@ function candidates(t: string, $: { limit: string; seed: string }, leftOut: stri
 function anyGapPossible(t: string, inFlight: string): string {
   return `(SELECT true FROM ${t} o
     WHERE ${pending('o')}
-      AND o.seq < (SELECT max(seq) FROM cand) AND o.seq NOT IN (SELECT seq FROM cand) AND o.seq NOT IN (SELECT unnest(${inFlight}::bigint[]))
+      AND o.seq < (SELECT max(seq) FROM taken) AND o.seq NOT IN (SELECT seq FROM taken) AND o.seq NOT IN (SELECT unnest(${inFlight}::bigint[]))
       AND (o.next_attempt_at <= now() OR o.attempts = 0)
     ORDER BY o.seq, o.next_attempt_at LIMIT 1) IS NOT NULL`;
 }
@@ -172,6 +205,17 @@ SELECT o.seq,
 FROM ${t} o
 WHERE o.seq = ANY ($1::bigint[])
   AND o.sent_at IS NULL AND o.skipped_at IS NULL`;
+}
+
+/**
+ * The payloads the claim left out ($1: their seqs) of rows whose topic takes a message that large
+ * (ClaimBytes.payload; its limit is known only once the batch's topics were asked): rows of the
+ * batch, locked by its transaction.
+ */
+export function payloadsSql(t: string): string {
+  return `
+SELECT seq, payload::text AS payload FROM ${t}
+WHERE seq = ANY ($1::bigint[])`;
 }
 
 /**

@@ -27,7 +27,16 @@ export interface StoreOptions {
   /** named prepared statements (DATABASE_PREPARE) */
   prepare?: boolean;
   sentRows?: SentRowsMode;
+  /** the claim's bounds in bytes (src/outbox/sql.ts ClaimBytes); OUTBOX_MAX_BATCH_BYTES and the largest payload read with the claim */
+  claimBytes?: Partial<q.ClaimBytes>;
 }
+
+/**
+ * The claim's bounds when not given: the configuration's defaults (src/config.ts). A payload over
+ * the broker's default message.max.bytes (1 MiB) is read by a second statement once its topic's
+ * limit is known to allow it (OUTBOX_MAX_MESSAGE_BYTES, when set, replaces this).
+ */
+export const DEFAULT_CLAIM_BYTES: q.ClaimBytes = { batch: 64 * 1024 * 1024, payload: 1_048_576 };
 
 /**
  * The planner settings of every batch transaction, set for that transaction only (OutboxStore
@@ -49,11 +58,16 @@ export interface StoreOptions {
  *   of the seq_key index, which Postgres prices the same or lower on such an outbox (a two-column
  *   index is priced as less correlated with the heap), would need one. That
  *   walk reads waiting rows and tests every backing-off row on the heap.
+ * - jit off: a sort the claim cannot do without (the byte cut's window over at most a batch of
+ *   (seq, size) pairs) is priced at enable_sort's penalty, 10^10, and a plan that dear is
+ *   JIT-compiled: 110 functions, 1-2 s of every claim instead of a few ms (measured). The batch's
+ *   statements are short; none gains from JIT.
  */
 export const BATCH_PLANNER_SETTINGS: ReadonlyArray<readonly [string, string]> = [
   ['plan_cache_mode', 'force_custom_plan'],
   ['enable_sort', 'off'],
   ['enable_incremental_sort', 'off'],
+  ['jit', 'off'],
 ];
 
 /** the batch transaction's timeouts ($1-$3) and planner settings, local to it (true) */
@@ -70,6 +84,8 @@ export class OutboxStore implements Store {
   /** where `keep` moves sent rows (the sent table) */
   readonly sentTable: string;
   private readonly sentRows: SentRowsMode;
+  private readonly claimBytes: q.ClaimBytes;
+  readonly payloadsText: string;
   /** checkTables() found the sent table writable (once per client) */
   private tablesChecked = false;
   private readonly pruneText: Record<PruneTarget, string>;
@@ -98,9 +114,10 @@ export class OutboxStore implements Store {
     readonly sql: Sql,
     table: TableName,
     policy: ParkedPolicy,
-    { prepare = true, sentRows = 'keep' }: StoreOptions = {},
+    { prepare = true, sentRows = 'keep', claimBytes = {} }: StoreOptions = {},
   ) {
     this.prepared = { prepare };
+    this.claimBytes = { ...DEFAULT_CLAIM_BYTES, ...claimBytes };
     this.table = qualified(table);
     this.policy = policy;
     this.sentTable = qualified(sentTable(table));
@@ -109,6 +126,7 @@ export class OutboxStore implements Store {
     this.whyEmptyText = q.whyEmptySql(this.table, policy);
     this.pruneText = { sent: q.pruneSql(this.table, this.sentTable, 'sent'), 'legacy-sent': q.pruneSql(this.table, this.sentTable, 'legacy-sent'), skipped: q.pruneSql(this.table, this.sentTable, 'skipped') };
     this.newestText = q.newestPendingSql(this.table);
+    this.payloadsText = q.payloadsSql(this.table);
     this.markWaitingText = q.markWaitingSql(this.table, policy);
     this.unwaitText = q.unwaitSql(this.table, policy);
     this.waitingWorkText = q.waitingWorkSql(this.table, policy);
@@ -117,7 +135,7 @@ export class OutboxStore implements Store {
 
   /** The claim for `filter` (its shape: src/outbox/sql.ts claimStatement). */
   claimStatement(limit: number, filter: ClaimFilter): q.Statement {
-    return q.claimStatement(this.table, this.policy, limit, filter, this.table);
+    return q.claimStatement(this.table, this.policy, limit, filter, this.table, this.claimBytes);
   }
 
   /**
@@ -456,6 +474,17 @@ export class BatchTx implements BatchTransaction {
       r.waitsOnStaleMark = because === 'waiting';
     }
     return rows;
+  }
+
+  /**
+   * The payloads the claim left out (ClaimBytes.payload) of `rows`, whose topics take messages that
+   * large, filled in: rows of this transaction's claim, locked by it.
+   */
+  async readPayloads(rows: ClaimedRow[]): Promise<void> {
+    if (rows.length === 0) return;
+    const read = await this.run('reading large payloads', this.conn.unsafe<{ seq: string; payload: string | null }[]>(this.store.payloadsText, [rows.map((r) => r.seq)], this.store.prepared));
+    const bySeq = new Map(read.map((r) => [r.seq, r.payload]));
+    for (const r of rows) r.payload = bySeq.get(r.seq) ?? null;
   }
 
   /**

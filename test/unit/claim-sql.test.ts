@@ -8,10 +8,11 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { describe, it } from 'node:test';
 import type { ParkedPolicy } from '../../src/domain.ts';
 import type { ClaimFilter } from '../../src/loop/ports.ts';
-import { claimStatement } from '../../src/outbox/sql.ts';
+import { claimStatement, type ClaimBytes } from '../../src/outbox/sql.ts';
 
 const TABLE = '"outbox"';
 const USUAL: ClaimFilter = { aggregates: [], inFlight: ['41', '42'], topics: [], topicTemplate: '{aggregatetype}' };
+const BYTES: ClaimBytes = { batch: 64 * 1024 * 1024, payload: 1_048_576 };
 const EVERY_PART: ClaimFilter = { aggregates: ['held-back'], inFlight: ['41'], topics: ['refused'], topicTemplate: '{aggregatetype}' };
 
 /** the statement as it reads without its comments and indentation */
@@ -27,26 +28,26 @@ function matchesSnapshot(name: string, sql: string): void {
 
 describe('the claim statement', () => {
   for (const policy of ['hold', 'skip'] as ParkedPolicy[]) {
-    it(`${policy}, the usual shape (nothing left out, no topic backed off): as in its snapshot, under 2,500 characters, its parameters numbered as bound`, () => {
-      const { text, params } = claimStatement(TABLE, policy, 500, USUAL, TABLE);
+    it(`${policy}, the usual shape (nothing left out, no topic backed off): as in its snapshot, under 3,000 characters, its parameters numbered as bound`, () => {
+      const { text, params } = claimStatement(TABLE, policy, 500, USUAL, TABLE, BYTES);
       matchesSnapshot(`claim-${policy}`, text);
-      assert.ok(bare(text).length < 2_500, `${bare(text).length} characters`);
-      assert.deepEqual(params, [500, TABLE, ['41', '42']]);
-      assert.deepEqual([...new Set(text.match(/\$\d+/g))].sort(), ['$1', '$2', '$3']);
+      assert.ok(bare(text).length < 3_000, `${bare(text).length} characters`);
+      assert.deepEqual(params, [500, TABLE, ['41', '42'], BYTES.batch, BYTES.payload]);
+      assert.deepEqual([...new Set(text.match(/\$\d+/g))].sort(), ['$1', '$2', '$3', '$4', '$5']);
       assert.ok(!/\bheld\b/.test(text) && !/aggregateid <> ALL/.test(text), 'no fragment of a feature that is off');
     });
   }
 
   it('hold, every part (aggregates left out, a topic backed off): as in its snapshot, its parameters numbered as bound', () => {
-    const { text, params } = claimStatement(TABLE, 'hold', 500, EVERY_PART, TABLE);
+    const { text, params } = claimStatement(TABLE, 'hold', 500, EVERY_PART, TABLE, BYTES);
     matchesSnapshot('claim-hold-every-part', text);
-    assert.deepEqual(params, [500, TABLE, ['41'], ['held-back'], '{aggregatetype}', ['refused']]);
-    assert.deepEqual([...new Set(text.match(/\$\d+/g))].sort(), ['$1', '$2', '$3', '$4', '$5', '$6']);
+    assert.deepEqual(params, [500, TABLE, ['41'], BYTES.batch, BYTES.payload, ['held-back'], '{aggregatetype}', ['refused']]);
+    assert.deepEqual([...new Set(text.match(/\$\d+/g))].sort(), ['$1', '$2', '$3', '$4', '$5', '$6', '$7', '$8']);
   });
 
   it('the same shape gives the same text (one prepared statement per shape), whatever the values', () => {
-    const a = claimStatement(TABLE, 'hold', 500, EVERY_PART, TABLE).text;
-    const b = claimStatement(TABLE, 'hold', 10, { aggregates: ['x', 'y'], inFlight: [], topics: ['t1', 't2'], topicTemplate: 'other' }, TABLE).text;
+    const a = claimStatement(TABLE, 'hold', 500, EVERY_PART, TABLE, BYTES).text;
+    const b = claimStatement(TABLE, 'hold', 10, { aggregates: ['x', 'y'], inFlight: [], topics: ['t1', 't2'], topicTemplate: 'other' }, TABLE, { batch: 1, payload: 2 }).text;
     assert.equal(a, b);
   });
 });

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { loadConfig } from '../../src/config.ts';
+import { defaultMaxBatchBytes, loadConfig } from '../../src/config.ts';
+import { DEFAULT_CLAIM_BYTES } from '../../src/outbox/store.ts';
 import { ConfigError } from '../../src/errors.ts';
 import { createLogger } from '../../src/log.ts';
 
@@ -302,5 +303,23 @@ describe('loadConfig: KAFKA_AUTH (SASL secret, MSK IAM or none)', () => {
     assert.match(problems({ ...base, KAFKA_AUTH: 'sasl' })[0]!, /KAFKA_AUTH=sasl needs KAFKA_SECRET_ID/);
     assert.match(problems({ ...base, KAFKA_AUTH: 'none', KAFKA_SECRET_ID: 'kafka' })[0]!, /KAFKA_AUTH=none logs in with no credentials, and KAFKA_SECRET_ID is set too/);
     assert.deepEqual(problems({ ...base, KAFKA_AUTH: 'oauth' }), ['KAFKA_AUTH="oauth" is not one of none, sasl, iam (default sasl when KAFKA_SECRET_ID is set, else none)']);
+  });
+});
+
+describe('OUTBOX_MAX_BATCH_BYTES', () => {
+  const MiB = 1024 * 1024;
+  it('defaults from the function\'s memory: 64 MiB for 512 MB (serverless.yml\'s, and outside Lambda), more for more, at least 1 MiB', () => {
+    assert.equal(defaultMaxBatchBytes(512), 64 * MiB);
+    assert.equal(defaultMaxBatchBytes(1_024), 149 * MiB);
+    assert.equal(defaultMaxBatchBytes(128), MiB);
+    assert.equal(loadConfig(base).outbox.maxBatchBytes, 64 * MiB);
+    assert.equal(loadConfig({ ...base, AWS_LAMBDA_FUNCTION_MEMORY_SIZE: '2048' }).outbox.maxBatchBytes, defaultMaxBatchBytes(2_048));
+    assert.equal(DEFAULT_CLAIM_BYTES.batch, loadConfig(base).outbox.maxBatchBytes, "the store's default is the configuration's");
+  });
+
+  it('given, it wins over the memory; out of range or not a number: a problem naming it', () => {
+    assert.equal(loadConfig({ ...base, AWS_LAMBDA_FUNCTION_MEMORY_SIZE: '2048', OUTBOX_MAX_BATCH_BYTES: '1048576' }).outbox.maxBatchBytes, MiB);
+    assert.match(problems({ ...base, OUTBOX_MAX_BATCH_BYTES: '12' }).join('\n'), /OUTBOX_MAX_BATCH_BYTES=12 is out of range/);
+    assert.match(problems({ ...base, OUTBOX_MAX_BATCH_BYTES: '64MB' }).join('\n'), /OUTBOX_MAX_BATCH_BYTES="64MB" is not a whole number/);
   });
 });

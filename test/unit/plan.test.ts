@@ -119,3 +119,35 @@ describe('planBatch: edges', () => {
     assert.throws(() => planBatch([row('b'), unserialisable], ctx()), TypeError);
   });
 });
+
+describe('planBatch: payloads the claim left out (payload_bytes, payload null)', () => {
+  const limits = new Map([['e.order', 1_000_000]]);
+  it('over the topic\'s limit from its size alone: rejected as permanent, the error names the size, the limit and what to do; later rows of its aggregate wait', () => {
+    const [a1, b1, a2] = [row('a', { payload: null, payload_bytes: 200_000_000 }), row('b'), row('a')];
+    const plan = planBatch([a1, b1, a2], ctx({ limits }));
+    assert.deepEqual(seqs(plan.rejected), [a1.seq]);
+    assert.equal(plan.rejected[0]!.error.permanent, true);
+    assert.match(plan.rejected[0]!.error.message, /^payload is 200000000 bytes \(the message \d+\), over the 1000000-byte limit of topic e\.order; parked from its size, the payload was not read: shrink the payload/);
+    assert.deepEqual(plan.waiting, [a2.seq]);
+    assert.deepEqual(seqs(plan.messages), [b1.seq]);
+    assert.deepEqual(plan.unread, []);
+  });
+
+  it('within the limit: every such row is listed to read at once, whatever its aggregate; read, the plan sends them in order', () => {
+    const [a1, a2, b1] = [row('a', { payload: null, payload_bytes: 500_000 }), row('a', { payload: null, payload_bytes: 400_000 }), row('b')];
+    const first = planBatch([a1, a2, b1], ctx({ limits }));
+    assert.deepEqual(first.unread, [a1.seq, a2.seq]);
+    assert.deepEqual(first.rejected, []);
+    a1.payload = JSON.stringify('x'.repeat(499_998));
+    a2.payload = JSON.stringify('y'.repeat(399_998));
+    const second = planBatch([a1, a2, b1], ctx({ limits }));
+    assert.deepEqual(second.unread, []);
+    assert.deepEqual(seqs(second.messages), [a1.seq, a2.seq, b1.seq]);
+  });
+
+  it('a NULL payload (payload_bytes null too) is no payload left out', () => {
+    const r = row('a', { payload: null, payload_bytes: null });
+    assert.deepEqual(seqs(planBatch([r], ctx({ limits })).messages), [r.seq]);
+  });
+});
+

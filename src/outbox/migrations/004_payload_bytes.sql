@@ -1,0 +1,17 @@
+-- Each row's payload size in bytes as the relay sends it (its JSON text, UTF-8), computed once when
+-- the row is written. The claim adds these up to bound a batch in bytes (OUTBOX_MAX_BATCH_BYTES)
+-- and leaves out the payload of a row too large to send, which is then parked from its size alone:
+-- neither reads a payload the relay will not send (docs/order-guard.md, "Batches bounded in bytes").
+--
+-- Stored, not computed by the claim: the exact size is the length of the rendered text
+-- (payload::text), and pg_column_size, which is free, is the stored size, compressed (a 200 MB
+-- payload of one repeated character is stored in a few MB), so it bounds no memory. Rendering in
+-- the claim would render every candidate row, those past the byte bound included, on every claim:
+-- with a backlog of large rows, up to OUTBOX_BATCH_SIZE of them each time to take a few.
+-- Computed here, each payload is rendered once more, by the INSERT (a few µs for 1 KB), and the
+-- claim reads an integer. NULL for a NULL payload.
+--
+-- Generated: producers' inserts are unchanged (they never name it), and an UPDATE of a payload
+-- keeps it true. Adding it rewrites the table once, under an exclusive lock: run `migrate` when
+-- the outbox is small (it normally is: sent rows move to the sent table). Idempotent.
+ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS payload_bytes integer GENERATED ALWAYS AS (octet_length(payload::text)) STORED;
