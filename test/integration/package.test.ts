@@ -238,6 +238,7 @@ describe('packaged for AWS (stage prod, default parameters)', () => {
       DATABASE_CONNECT_TIMEOUT_MS: '5000',
       KAFKA_BROKERS: BROKERS,
       KAFKA_SECRET_ID: KAFKA_SECRET,
+      KAFKA_AUTH: '', // unset for the relay: sasl, since a secret is given
       KAFKA_SSL: 'true',
       KAFKA_SSL_REJECT_UNAUTHORIZED: 'true',
       OUTBOX_KAFKA_CLIENT: 'kafkajs',
