@@ -438,3 +438,58 @@ describe('packaged for AWS with VPC, KMS key, RDS IAM authentication, reserved c
     assert.match(JSON.stringify(managedPolicies(t)[0]), /:iam::aws:policy\/service-role\/AWSLambdaVPCAccessExecutionRole/);
   });
 });
+
+/** A resource string as CloudFormation computes it, for the functions serverless.yml's IAM resources use. */
+function evaluate(t: Template, v: Json): string {
+  if (typeof v === 'string') return v;
+  assert.ok(isObj(v), `unsupported operand ${JSON.stringify(v)}`);
+  const [fn, args] = Object.entries(v)[0] as [string, Json[]];
+  switch (fn) {
+    case 'Fn::Join':
+      return (args[1] as Json[]).map((x) => evaluate(t, x)).join(args[0] as string);
+    case 'Fn::Select':
+      return evaluate(t, args[1] as Json).split('\u0000')[Number(args[0])] ?? '';
+    case 'Fn::Split':
+      return evaluate(t, args[1] as Json).split(args[0] as string).join('\u0000');
+    case 'Fn::If':
+      return evaluate(t, condition(t, args[0] as string) ? (args[1] as Json) : (args[2] as Json));
+    default:
+      assert.fail(`unsupported function ${fn}`);
+  }
+}
+
+describe('packaged for AWS with MSK IAM access control', () => {
+  const CLUSTER = `arn:aws:kafka:us-east-1:${ACCOUNT}:cluster/orders/0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d-2`;
+
+  it('logs in with IAM: KAFKA_AUTH=iam, no Kafka secret, kafka-cluster actions on the cluster and on the topics under the prefix only', () => {
+    const t = packageWith([`databaseSecretArn=${DB_SECRET}`, 'kafkaBrokers=b-1.orders.kafka.us-east-1.amazonaws.com:9098', 'kafkaAuth=iam', `mskClusterArn=${CLUSTER}`, 'topicPrefix=orders.events.']);
+    const env = (theFunction(t).p.Environment as Obj).Variables as Obj;
+    assert.equal(env.KAFKA_AUTH, 'iam');
+    assert.equal(env.KAFKA_SECRET_ID, '', 'no Kafka secret');
+    const kafka = roleStatements(t).filter((s) => touches(s, 'kafka-cluster'));
+    assert.deepEqual(
+      kafka.map((s) => [actions(s).sort(), list(s.Resource).map((r) => evaluate(t, r))]),
+      [
+        [['kafka-cluster:Connect', 'kafka-cluster:WriteDataIdempotently'], [CLUSTER]],
+        [['kafka-cluster:DescribeTopic', 'kafka-cluster:DescribeTopicDynamicConfiguration', 'kafka-cluster:WriteData'], [`arn:aws:kafka:us-east-1:${ACCOUNT}:topic/orders/0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d-2/orders.events.*`]],
+      ],
+    );
+    assert.ok(!roleStatements(t).some((s) => touches(s, 'secretsmanager') && JSON.stringify(s).includes('kafka')), 'no permission on a Kafka secret');
+  });
+
+  it('G8: kafkaAuth=iam without mskClusterArn, databaseAuth=iam without its user: refused before anything is built, naming each parameter', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'outbox-relay-package-'));
+    tmpDirs.push(dir);
+    const res = spawnSync('bash', ['scripts/package.sh', `--param=databaseSecretArn=${DB_SECRET}`, `--param=kafkaBrokers=${BROKERS}`, '--param=kafkaAuth=iam', '--param=databaseAuth=iam'], {
+      cwd: root,
+      env: { ...process.env, STAGE: 'prod', REGION: 'us-east-1', PACKAGE_DIR: dir },
+      encoding: 'utf8',
+      timeout: 180_000,
+    });
+    const out = `${res.stdout}\n${res.stderr}`;
+    assert.notEqual(res.status, 0, out);
+    assert.match(out, /kafkaAuth=iam needs mskClusterArn, the MSK cluster's ARN/);
+    assert.match(out, /databaseAuth=iam needs databaseIamResourceId and databaseIamUser/);
+    assert.ok(!existsSync(join(dir, 'cloudformation-template-update-stack.json')), 'nothing was packaged');
+  });
+});
