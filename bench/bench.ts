@@ -310,6 +310,17 @@ function cpuText(r: Result): string {
 }
 
 /** The median of the repetitions (each measurement runs REPEAT times, interleaved with the others). */
+/** The table of medians: events/s with its range over the repetitions, and the CPU each party spent. */
+function printMedians(rows: Array<ReturnType<typeof median>>): void {
+  const cpuHead = meter.available ? `   cpu ms/1k events: node   pg  broker  cores busy` : '';
+  console.log(`\n${'measurement (median of ' + REPEAT + ')'}`.padEnd(45) + `${'events'.padStart(8)} ${'seconds'.padStart(8)} ${'events/s'.padStart(10)}   ${'range'.padEnd(11)}${cpuHead}`);
+  for (const r of rows) {
+    const cpu = r.cpu ? `${' '.repeat(17)}${cpuText(r)}` : '';
+    console.log(`${r.name.padEnd(44)} ${String(r.events).padStart(8)} ${(r.ms / 1000).toFixed(2).padStart(8)} ${String(r.perSec).padStart(10)}   ${`${r.min}-${r.max}`.padEnd(11)}${cpu}`);
+  }
+  console.log('');
+}
+
 function median(results: Result[]): Result & { min: number; max: number } {
   const sorted = [...results].sort((a, b) => a.perSec - b.perSec);
   const mid = sorted[Math.floor(sorted.length / 2)]!;
@@ -486,6 +497,8 @@ async function measureAll(
   // Debezium next to each client's relay
   const sides = peer ? CLIENTS.map((c) => peerReport([`relay:${c}`, `relayDelete:${c}`, 'debezium'].map((k) => (all.get(k)?.length ? m(k) : undefined)) as Parameters<typeof peerReport>[0], REPEAT)) : [];
   if (only) {
+    // the medians of what was measured, in the order measured
+    printMedians([...all.keys()].filter((k) => all.get(k)?.length).map(m));
     sides.forEach((side, i) => console.log(`\n${CLIENTS[i]}:${side.text}`));
     if (Object.keys(extraResults).length || sides.length) console.log(`\n${JSON.stringify({ cores: availableParallelism(), ...extraResults, ...(sides.length ? { peer: Object.fromEntries(sides.map((x, i) => [CLIENTS[i]!, x.json])) } : {}) })}`);
     return;
@@ -500,13 +513,7 @@ async function measureAll(
   });
   const rows = [...byClient.flatMap((c) => [c.relay, c.producer]), sqlGuarded, sqlPlain, ...byClient.map((c) => c.relayDelete), sqlDelete, waitingParked, waitingBackoff];
   const guardCost = 1 - sqlGuarded.perSec / sqlPlain.perSec;
-  const cpuHead = meter.available ? `   cpu ms/1k events: node   pg  broker  cores busy` : '';
-  console.log(`\n${'measurement (median of ' + REPEAT + ')'}`.padEnd(45) + `${'events'.padStart(8)} ${'seconds'.padStart(8)} ${'events/s'.padStart(10)}   ${'range'.padEnd(11)}${cpuHead}`);
-  for (const r of rows) {
-    const cpu = r.cpu ? `${' '.repeat(17)}${cpuText(r)}` : '';
-    console.log(`${r.name.padEnd(44)} ${String(r.events).padStart(8)} ${(r.ms / 1000).toFixed(2).padStart(8)} ${String(r.perSec).padStart(10)}   ${`${r.min}-${r.max}`.padEnd(11)}${cpu}`);
-  }
-  console.log('');
+  printMedians(rows);
   // When Node, Postgres and the broker share this machine, the relay can go no faster than all
   // its cores spent on the CPU it needs per event (all three parties), however well it overlaps.
   const cores = availableParallelism();
