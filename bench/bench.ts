@@ -497,8 +497,10 @@ async function measureAll(
   // Debezium next to each client's relay
   const sides = peer ? CLIENTS.map((c) => peerReport([`relay:${c}`, `relayDelete:${c}`, 'debezium'].map((k) => (all.get(k)?.length ? m(k) : undefined)) as Parameters<typeof peerReport>[0], REPEAT)) : [];
   if (only) {
-    // the medians of what was measured, in the order measured
-    printMedians([...all.keys()].filter((k) => all.get(k)?.length).map(m));
+    // the medians of what was measured, in the order measured (none for the experiments that
+    // print their own: marks, sustained, burst)
+    const measured = [...all.keys()].filter((k) => all.get(k)?.length).map(m);
+    if (measured.length) printMedians(measured);
     sides.forEach((side, i) => console.log(`\n${CLIENTS[i]}:${side.text}`));
     if (Object.keys(extraResults).length || sides.length) console.log(`\n${JSON.stringify({ cores: availableParallelism(), ...extraResults, ...(sides.length ? { peer: Object.fromEntries(sides.map((x, i) => [CLIENTS[i]!, x.json])) } : {}) })}`);
     return;
