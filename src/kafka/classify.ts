@@ -90,20 +90,26 @@ interface Chainable {
   errors?: unknown;
 }
 
-export function errorTypes(err: unknown, seen = new Set<unknown>()): string[] {
+/** `err` and every error it wraps (cause, kafkajs' originalError, an aggregate's errors), depth first, each once. */
+function errorChain(err: unknown, seen = new Set<unknown>()): Chainable[] {
   if (!err || typeof err !== 'object' || seen.has(err)) return [];
   seen.add(err);
   const e = err as Chainable;
-  const out: string[] = [];
-  if (typeof e.type === 'string') out.push(e.type);
-  if (typeof e.apiId === 'string') out.push(e.apiId);
-  if (typeof e.name === 'string') out.push(e.name);
-  // kafkajs' `code` is the broker's number; a string one is platformatic's own (or Node's, ECONNRESET)
-  if (typeof e.code === 'string') out.push(e.code);
-  if (e.code === 'PLT_KFK_USER' && typeof e.message === 'string' && PLATFORMATIC_UNKNOWN_TOPIC.test(e.message)) out.push('UNKNOWN_TOPIC_OR_PARTITION');
-  for (const next of [e.cause, e.originalError]) out.push(...errorTypes(next, seen));
-  if (Array.isArray(e.errors)) for (const x of e.errors) out.push(...errorTypes(x, seen));
-  return out;
+  const nested = [e.cause, e.originalError, ...(Array.isArray(e.errors) ? (e.errors as unknown[]) : [])];
+  return [e, ...nested.flatMap((next) => errorChain(next, seen))];
+}
+
+export function errorTypes(err: unknown): string[] {
+  return errorChain(err).flatMap((e) => {
+    const out: string[] = [];
+    if (typeof e.type === 'string') out.push(e.type);
+    if (typeof e.apiId === 'string') out.push(e.apiId);
+    if (typeof e.name === 'string') out.push(e.name);
+    // kafkajs' `code` is the broker's number; a string one is platformatic's own (or Node's, ECONNRESET)
+    if (typeof e.code === 'string') out.push(e.code);
+    if (e.code === 'PLT_KFK_USER' && typeof e.message === 'string' && PLATFORMATIC_UNKNOWN_TOPIC.test(e.message)) out.push('UNKNOWN_TOPIC_OR_PARTITION');
+    return out;
+  });
 }
 
 export type SendFailure =
@@ -131,16 +137,8 @@ const AUTH_HINTS: Record<KafkaAuth, string> = {
 };
 
 /** The MskIamError in the chain, if any: a token that could not be signed, wherever a client wrapped it. */
-function mskIamError(err: unknown, seen = new Set<unknown>()): MskIamError | undefined {
-  if (err instanceof MskIamError) return err;
-  if (!err || typeof err !== 'object' || seen.has(err)) return undefined;
-  seen.add(err);
-  const e = err as Chainable;
-  for (const next of [e.cause, e.originalError, ...(Array.isArray(e.errors) ? (e.errors as unknown[]) : [])]) {
-    const found = mskIamError(next, seen);
-    if (found) return found;
-  }
-  return undefined;
+function mskIamError(err: unknown): MskIamError | undefined {
+  return errorChain(err).find((e): e is MskIamError => e instanceof MskIamError);
 }
 
 export function classifySendError(err: unknown, topic: string, auth: KafkaAuth = 'sasl'): SendFailure {
