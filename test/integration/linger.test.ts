@@ -100,10 +100,13 @@ describe('linger mode', () => {
     assert.ok(notified + reclaim >= 6 && notified >= 3, `woken by ${notified} notifications (and ${reclaim} periodic claims) for 6 transactions: ${JSON.stringify(summary.wakeups)}`);
     assert.equal(summary.wakeups.probe, 0);
     assert.equal(summary.stoppedBecause, 'empty');
-    // it lingered on after the last event, until its budget was nearly spent: 12 s - 1 s margin -
-    // a batch's reserve (2 x the slowest recent batch + 500 ms: on a loaded machine a slow batch
-    // makes it end at 8.8 s), not when the table was empty again
-    assert.ok(summary.durationMs > lastCommitMs + 2_000 && summary.durationMs < 11_000, `lingered ${summary.durationMs} ms, the last event committed at ${lastCommitMs} ms`);
+    // it lingered on after the last event, until its budget was nearly spent (12 s - 1 s margin -
+    // a batch's reserve, 2 x the slowest recent batch + 500 ms), not until the table was empty
+    // again: 2 s past the last event, or 8 s, whichever is sooner. On a loaded machine a slow
+    // batch made it end at 8.8 s (the last event at ~5.5 s), and slow producers committed the
+    // last event at 9.1 s of a 10.4 s linger
+    const lingeredAtLeast = Math.min(lastCommitMs + 2_000, 8_000);
+    assert.ok(summary.durationMs > lingeredAtLeast && summary.durationMs < 11_000, `lingered ${summary.durationMs} ms, the last event committed at ${lastCommitMs} ms`);
   });
 
   it(`polling (OUTBOX_WAKE=poll): the probe finds each new row, on Kafka within ${LATENCY_BOUND_MS} ms`, async (ctx) => {
@@ -173,9 +176,11 @@ describe('linger mode', () => {
       assert.equal(refused, 1, 'one LISTEN, refused');
       assert.equal(summary.published, 4, JSON.stringify(summary));
       for (const l of lat) assert.ok(l < LATENCY_BOUND_MS, `an event took ${l} ms (latencies ${lat.join(', ')})`);
-      // each row is found by a probe, or now and then by the claim every 2 s that came first
+      // the rows are found by probes (now and then by the claim every 2 s that came first); on a
+      // loaded machine one wake-up's claim can take two rows (3 wake-ups for 4 rows, seen twice),
+      // so what is counted is that the probe, not NOTIFY, did the finding
       assert.equal(summary.wakeups.notified, 0, JSON.stringify(summary.wakeups));
-      assert.ok(summary.wakeups.probe >= 2 && summary.wakeups.probe + summary.wakeups.reclaim >= 4, JSON.stringify(summary.wakeups));
+      assert.ok(summary.wakeups.probe >= 2 && summary.wakeups.probe + summary.wakeups.reclaim >= 3, JSON.stringify(summary.wakeups));
       assert.ok(
         warnings.some((w) => /LISTEN failed; this invocation polls/.test(w)),
         `a warning says LISTEN failed and why:\n${warnings.join('\n')}`,
