@@ -390,36 +390,43 @@ describe('stop reasons say what is true', () => {
 });
 
 describe('G7: short transactions', () => {
-  it('no relay transaction lives longer than a batch during a long invocation', async () => {
+  it('G7: no relay transaction lives across batches during a long invocation', async (t) => {
     const f = await fixture(sql, 'g7');
+    const table = qualified(parseTableName(f.table));
     await insertEvents(sql, f.table, Array.from({ length: 30_000 }, (_, i) => ({ aggregateid: `a-${i % 97}`, payload: { i, pad: 'x'.repeat(200) } })));
     const appName = `relay-g7-${f.table}`;
-    const running = startCli(['invoke', '--timeout', '60000'], { ...f.env, OUTBOX_BATCH_SIZE: '20', OUTBOX_CLIENT_ID: appName });
-    let maxAgeMs = 0;
-    let samples = 0;
+    const batchSize = 20;
+    const running = startCli(['invoke', '--timeout', '60000'], { ...f.env, OUTBOX_BATCH_SIZE: String(batchSize), OUTBOX_CLIENT_ID: appName });
+    // A transaction is known by its backend and its start. Each sample also counts the rows still in
+    // the outbox (sent rows leave it, moved or deleted): how many rows were sent while a
+    // transaction was open says how many batches it outlived, whatever the machine's speed.
+    const seen = new Map<string, { first: number; last: number; ageMs: number }>();
     let done = false;
     void running.result.then(() => (done = true));
     while (!done) {
-      const rows = await sql<{ age_ms: number | null }[]>`
-        SELECT extract(epoch FROM now() - xact_start) * 1000 AS age_ms
+      const rows = await sql<{ tx: string; age_ms: number; left: number }[]>`
+        SELECT pid || '@' || xact_start AS tx, extract(epoch FROM now() - xact_start) * 1000 AS age_ms,
+          (SELECT count(*)::int FROM ${sql.unsafe(table)}) AS left
         FROM pg_stat_activity WHERE application_name = ${appName} AND xact_start IS NOT NULL`;
       for (const r of rows) {
-        samples++;
-        maxAgeMs = Math.max(maxAgeMs, Number(r.age_ms));
+        const tx = seen.get(r.tx) ?? { first: r.left, last: r.left, ageMs: 0 };
+        tx.last = r.left;
+        tx.ageMs = Math.max(tx.ageMs, Number(r.age_ms));
+        seen.set(r.tx, tx);
       }
       await new Promise((r) => setTimeout(r, 20));
     }
     const res = await running.result;
     assert.equal(res.code, 0, res.stderr);
     assert.ok(Number(res.summary?.batches) > 100, `a long invocation: ${JSON.stringify(res.summary)}`);
-    assert.ok(samples > 10, 'transactions were observed');
-    // a batch of 20 takes milliseconds; the invocation took seconds and more than 100 batches. A
-    // transaction held across batches would show an age close to the invocation's duration; one
-    // batch's transaction (its claim, the previous batch's publish it overlaps, its own publish and
-    // COMMIT) stays far under a quarter of it. No absolute bound: on a loaded machine one batch's
-    // publish has taken 2.3 s (CI, platformatic, three files at once).
-    const durationMs = Number(res.summary?.durationMs);
-    assert.ok(maxAgeMs < durationMs / 4, `oldest transaction ${maxAgeMs} ms during a ${durationMs} ms invocation`);
+    assert.ok(seen.size > 10, `transactions were observed: ${seen.size}`);
+    // A batch's transaction is open while the batch ahead of it is published and committed (G7's
+    // "at most two"): it sees one other batch's rows leave, two when a sample straddles a COMMIT.
+    // A transaction held across batches would see thousands. No bound in milliseconds: a COMMIT
+    // waiting on a busy disk took 6 s here, three test files at once (the server's log).
+    const [longest] = [...seen.entries()].map(([tx, v]) => ({ tx, sentMeanwhile: v.first - v.last, ageMs: Math.round(v.ageMs) })).sort((a, b) => b.sentMeanwhile - a.sentMeanwhile);
+    t.diagnostic(`${seen.size} transactions seen in ${String(res.summary?.batches)} batches; the most rows sent while one was open: ${longest!.sentMeanwhile} (it lived ${longest!.ageMs} ms at least)`);
+    assert.ok(longest!.sentMeanwhile <= 3 * batchSize, `a transaction was open while ${longest!.sentMeanwhile} rows were sent (batches of ${batchSize}): ${JSON.stringify(longest)}`);
     // after the invocation, nothing of it is left open: no connection at all when the relay
     // connects straight to Postgres; through a pooler, which keeps its server connections (they
     // still carry the relay's application_name), none of them in a transaction
