@@ -17,7 +17,7 @@
 //   node --import tsx scripts/run-tests.ts [substring ...]   only the jobs whose name contains one
 //   TEST_CONCURRENCY=N                                       files at once (default 3)
 import { spawn } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import kafkajs from 'kafkajs';
@@ -212,28 +212,6 @@ function leftoverTopicFiles(): string[] {
     .map((f) => join(TOPICS_DIR, f));
 }
 
-/**
- * lambda-runtime.test.ts installs AWS's Lambda emulator and runtime client on first use (a Go build
- * and a native compile: about 3 CPU-minutes in a fresh clone, idempotent, cached in .cache). Its
- * before() hook did that mid-run, beside two other files. Started here at the lowest priority, the
- * install takes the core the unit tests leave idle and the other files' idle cycles; the hook's own
- * install then waits on the script's lock and finds it done. A failure here is only logged: the
- * hook runs the install again and reports it.
- */
-function installLambdaRuntime(queue: Job[]): void {
-  if (!queue.some((j) => j.args[0]?.endsWith('/lambda-runtime.test.ts'))) return;
-  const log = join(ROOT, '.cache', 'run', 'lambda-runtime-install.log');
-  mkdirSync(dirname(log), { recursive: true });
-  const out = openSync(log, 'w');
-  const child = spawn('nice', ['-n', '19', 'bash', join(ROOT, 'scripts', 'lambda-runtime.sh'), 'install'], { cwd: ROOT, stdio: ['ignore', out, out], detached: true });
-  running.add(child.pid!);
-  child.on('close', (code) => {
-    running.delete(child.pid!);
-    closeSync(out);
-    if (code !== 0) console.log(`# warning: the Lambda runtime's install in the background failed (exit ${code}; ${relative(ROOT, log)}): lambda-runtime.test.ts installs it again`);
-  });
-}
-
 function readTimes(): Record<string, number> {
   try {
     return JSON.parse(readFileSync(TIMES, 'utf8')) as Record<string, number>;
@@ -258,7 +236,6 @@ async function main(): Promise<void> {
   if (queue.length === 0) throw new Error(`no test file matches ${filters.join(' or ')}`);
   console.log(`# ${queue.length} test files, ${concurrency} at once`);
   mkdirSync(TOPICS_DIR, { recursive: true });
-  installLambdaRuntime(queue);
   for (const file of leftoverTopicFiles()) await deleteTopics(file);
 
   const services = new Services();
