@@ -5,25 +5,18 @@
 // aggregate index and sorts them instead, on every claim. The batch transaction's planner settings
 // (BATCH_PLANNER_SETTINGS) must keep the claim on the claim index.
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
-import type { Sql } from 'postgres';
+import { describe, it } from 'node:test';
 import { Deadline } from '../../src/budget.ts';
 import { parseTableName, qualified, sentTable } from '../../src/outbox/identifier.ts';
 import { migrate } from '../../src/outbox/migrate.ts';
 import { moveSentSql } from '../../src/outbox/sql.ts';
 import { BATCH_PLANNER_SETTINGS, OutboxStore } from '../../src/outbox/store.ts';
-import { db, uniqueName } from './helpers.ts';
+import { fileDb, uniqueName } from './helpers.ts';
 
 /** a claim with nothing left out: the usual shape */
 const NO_FILTER = { aggregates: [], inFlight: [], topics: [], topicTemplate: '' };
 
-let sql: Sql;
-before(() => {
-  sql = db();
-});
-after(async () => {
-  await sql.end();
-});
+const sql = fileDb();
 
 interface PlanNode {
   'Node Type': string;

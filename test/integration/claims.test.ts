@@ -5,8 +5,7 @@
 // per invocation are bounded by the work done. And a waiting mark is never trusted to be cleared
 // on time: a row that is due is claimable, and a stale mark still holds its aggregate's later rows.
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
-import type { Sql } from 'postgres';
+import { describe, it } from 'node:test';
 import { Deadline } from '../../src/budget.ts';
 import { loadConfig } from '../../src/config.ts';
 import { toMessage, tooLarge } from '../../src/kafka/message.ts';
@@ -16,15 +15,9 @@ import { parseTableName, qualified, sentTable } from '../../src/outbox/identifie
 import { runInvocation } from '../../src/relay.ts';
 import { migrate } from '../../src/outbox/migrate.ts';
 import { OutboxStore } from '../../src/outbox/store.ts';
-import { consumeAll, db, firstCopyOrder, fixture, insertEvents, invokeOk, isSorted, seqsById, uniqueName } from './helpers.ts';
+import { consumeAll, fileDb, firstCopyOrder, fixture, insertEvents, invokeOk, isSorted, seqsById, uniqueName } from './helpers.ts';
 
-let sql: Sql;
-before(() => {
-  sql = db();
-});
-after(async () => {
-  await sql.end();
-});
+const sql = fileDb();
 
 async function table(name: string): Promise<{ store: OutboxStore; t: string; name: string }> {
   const n = uniqueName(name);

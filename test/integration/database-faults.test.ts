@@ -22,6 +22,7 @@ import {
   copiesById,
   counts,
   db,
+  fileDb,
   fixture,
   idsOf,
   insertEvents,
@@ -37,13 +38,7 @@ import {
   invokeOk as invoke,
 } from './helpers.ts';
 
-let sql: Sql;
-before(() => {
-  sql = db();
-});
-after(async () => {
-  await sql.end();
-});
+const sql = fileDb();
 
 describe('G1: the relay\'s backend terminated mid-batch', () => {
   let admin: Sql;

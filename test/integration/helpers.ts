@@ -6,6 +6,7 @@ import { randomBytes } from 'node:crypto';
 import { appendFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { after } from 'node:test';
 import kafkajs from 'kafkajs';
 import postgres, { type Sql } from 'postgres';
 import { migrate } from '../../src/outbox/migrate.ts';
@@ -49,6 +50,13 @@ export function useKafka(brokers: string): void {
 
 export function db(url = DATABASE_URL): Sql {
   return postgres(url, { max: 5, onnotice: () => undefined });
+}
+
+/** A test file's own pool to the test database, ended after the file's tests (postgres.js connects on first use). */
+export function fileDb(): Sql {
+  const sql = db();
+  after(() => sql.end());
+  return sql;
 }
 
 export function uniqueName(prefix: string): string {

@@ -6,19 +6,12 @@
 // CLI, nowhere when off). The record of invocations that fail while the broker is frozen:
 // broker-paused.test.ts.
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
-import type { Sql } from 'postgres';
+import { describe, it } from 'node:test';
 import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
 import { emfRecords, num, onlyRecord } from './emf.ts';
-import { db, fixture, insertEvents, runCli, type CliResult } from './helpers.ts';
+import { fileDb, fixture, insertEvents, runCli, type CliResult } from './helpers.ts';
 
-let sql: Sql;
-before(() => {
-  sql = db();
-});
-after(async () => {
-  await sql.end();
-});
+const sql = fileDb();
 
 const t = (table: string) => qualified(parseTableName(table));
 

@@ -7,13 +7,12 @@
 // the acked rows are marked). Invocations run as real child processes of the CLI. A topic deleted
 // in the middle of a backlog: publishing.test.ts.
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
-import type { Sql } from 'postgres';
+import { describe, it } from 'node:test';
 import {
   consumeAll,
   counts,
   createTopics,
-  db,
+  fileDb,
   fixture,
   idsOf,
   insertEvents,
@@ -25,13 +24,7 @@ import {
   invokeOk as invoke,
 } from './helpers.ts';
 
-let sql: Sql;
-before(() => {
-  sql = db();
-});
-after(async () => {
-  await sql.end();
-});
+const sql = fileDb();
 
 describe('G6: a missing topic is backed off, never charged to its rows', () => {
   it('a topic override naming a missing topic: the topic is backed off, its row stays pending with no attempt charged, whatever the number of invocations, and the later row of its aggregate waits behind it (G4); created, it is delivered', async () => {

@@ -7,10 +7,9 @@
 // drop. The broker advertises the proxy's fixed ports (scripts/services/kafka.sh), so this file
 // runs while no other file binds them.
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { CreateSecretCommand, DeleteSecretCommand, PutSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
-import type { Sql } from 'postgres';
 import { loadConfig } from '../../src/config.ts';
 import { BrokerUnavailableError } from '../../src/errors.ts';
 import { createLogger } from '../../src/log.ts';
@@ -28,7 +27,7 @@ import {
   KAFKA_SCRAM_USER,
   consumeAll,
   copiesById,
-  db,
+  fileDb,
   fixture,
   insertEvents,
   markedIds,
@@ -42,13 +41,7 @@ import {
   assertCopies,
 } from './helpers.ts';
 
-let sql: Sql;
-before(() => {
-  sql = db();
-});
-after(async () => {
-  await sql.end();
-});
+const sql = fileDb();
 
 describe('G2: a batch\'s COMMIT reaches the database before the next batch reaches the broker', () => {
   it('seen on the wire: between the relay and each service a proxy notes every COMMIT and every Produce request, in one ordered log', async () => {

@@ -9,12 +9,11 @@
 // operator-audit.test.ts.
 import assert from 'node:assert/strict';
 import { createServer, type AddressInfo } from 'node:net';
-import { after, before, describe, it } from 'node:test';
-import type { Sql } from 'postgres';
+import { describe, it } from 'node:test';
 import {
   consumeAll,
   createTopics,
-  db,
+  fileDb,
   fixture,
   idsOf,
   insertEvents,
@@ -25,13 +24,7 @@ import {
   invokeOk as invoke,
 } from './helpers.ts';
 
-let sql: Sql;
-before(() => {
-  sql = db();
-});
-after(async () => {
-  await sql.end();
-});
+const sql = fileDb();
 
 describe('operator commands (CLI)', () => {
   it('status, parked list, parked retry <id> | --all, parked skip <id>', async () => {

@@ -7,13 +7,12 @@
 // wait behind it, and follow it in order). Invocations run as real child processes of the CLI.
 // A topic that does not exist is a failure of the topic, not of its rows: missing-topics.test.ts.
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
-import type { Sql } from 'postgres';
+import { describe, it } from 'node:test';
 import {
   consumeAll,
   counts,
   createTopics,
-  db,
+  fileDb,
   fixture,
   idsOf,
   insertEvents,
@@ -29,13 +28,7 @@ import {
   invokeOk as invoke,
 } from './helpers.ts';
 
-let sql: Sql;
-before(() => {
-  sql = db();
-});
-after(async () => {
-  await sql.end();
-});
+const sql = fileDb();
 
 describe('G6: per-row errors are charged to that row only', () => {
   it('a row that cannot be sent (an illegal topic override): good rows delivered, the bad row backs off (base/max respected), is parked after OUTBOX_MAX_ATTEMPTS and stays parked', async (ctx) => {

@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import postgres, { type Sql } from 'postgres';
 import { Deadline } from '../../src/budget.ts';
 import { loadConfig } from '../../src/config.ts';
@@ -17,17 +17,11 @@ import type { Logger } from '../../src/log.ts';
 import { OutboxStore } from '../../src/outbox/store.ts';
 import { parseTableName } from '../../src/outbox/identifier.ts';
 import { Runtime } from '../../src/runtime.ts';
-import { consumeAll, copiesById, counts, db, DATABASE_URL, firstCopyOrder, fixture, insertEvents, isSorted, POOLER_DATABASE_URL, ROOT, runCli, sentTableOf, seqsById } from './helpers.ts';
+import { consumeAll, copiesById, counts, fileDb, DATABASE_URL, firstCopyOrder, fixture, insertEvents, isSorted, POOLER_DATABASE_URL, ROOT, runCli, sentTableOf, seqsById } from './helpers.ts';
 
 const POOLER_WARNING = 'the database connection goes through a connection pooler or proxy';
 
-let sql: Sql;
-before(() => {
-  sql = db();
-});
-after(async () => {
-  await sql.end();
-});
+const sql = fileDb();
 
 /** a Logger that keeps the warnings */
 function capturingLogger(warnings: string[]): Logger {

@@ -3,14 +3,13 @@
 // the other topics flow. A lost Produce answer and rotated Kafka credentials are in
 // on-the-wire.test.ts (they need the test proxy).
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
-import type { Sql } from 'postgres';
+import { describe, it } from 'node:test';
 import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
 import {
   consumeAll,
   copiesById,
   createTopics,
-  db,
+  fileDb,
   firstCopyOrder,
   fixture,
   insertEvents,
@@ -23,13 +22,7 @@ import {
   assertCopies,
 } from './helpers.ts';
 
-let sql: Sql;
-before(() => {
-  sql = db();
-});
-after(async () => {
-  await sql.end();
-});
+const sql = fileDb();
 
 const t = (table: string) => qualified(parseTableName(table));
 

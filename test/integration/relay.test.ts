@@ -3,7 +3,7 @@
 // real Postgres and a real Kafka broker, with invocations run as real child processes through the
 // same handler Lambda runs, or as warm Runtimes in this process where that is the point.
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Sql } from 'postgres';
 import { Deadline } from '../../src/budget.ts';
@@ -21,6 +21,7 @@ import {
   counts,
   DATABASE_URL,
   db,
+  fileDb,
   firstCopyOrder,
   fixture,
   insertEvents,
@@ -37,13 +38,7 @@ import {
   VIA_POOLER,
 } from './helpers.ts';
 
-let sql: Sql;
-before(() => {
-  sql = db();
-});
-after(async () => {
-  await sql.end();
-});
+const sql = fileDb();
 
 describe('relay: delivery', () => {
   it('relays rows with key = aggregateid, value = payload, headers id and type; marks them sent', async () => {

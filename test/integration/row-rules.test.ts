@@ -7,12 +7,11 @@
 // row), while the other rows of its batch are delivered (G6); its aggregate's later rows wait
 // behind it (G4). Invocations run as real child processes of the CLI.
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
-import type { Sql } from 'postgres';
+import { describe, it } from 'node:test';
 import {
   consumeAll,
   createTopics,
-  db,
+  fileDb,
   fixture,
   idsOf,
   insertEvents,
@@ -26,13 +25,7 @@ import {
   invokeOk as invoke,
 } from './helpers.ts';
 
-let sql: Sql;
-before(() => {
-  sql = db();
-});
-after(async () => {
-  await sql.end();
-});
+const sql = fileDb();
 
 /** Insert `events` in order, then give the rows that have them their `headers` (insertEvents writes none). */
 async function insertWithHeaders(f: Fixture, events: Array<EventSpec & { headers?: Record<string, unknown> }>): Promise<string[]> {

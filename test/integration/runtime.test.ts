@@ -1,8 +1,7 @@
 // services: postgres, kafka
 // Container-scoped reuse, migrations under concurrency, enqueue() and the local schedule.
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
-import type { Sql } from 'postgres';
+import { describe, it } from 'node:test';
 import { Deadline } from '../../src/budget.ts';
 import { loadConfig } from '../../src/config.ts';
 import { enqueue } from '../../src/enqueue.ts';
@@ -11,15 +10,9 @@ import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
 import { loadMigrations, migrate } from '../../src/outbox/migrate.ts';
 import { heldGapsSql } from '../../src/outbox/sql.ts';
 import { Runtime } from '../../src/runtime.ts';
-import { DATABASE_URL, consumeAll, counts, createTopics, db, fixture, insertEvents, markedIds, sentTableOf, startCli, uniqueName } from './helpers.ts';
+import { DATABASE_URL, consumeAll, counts, createTopics, fileDb, fixture, insertEvents, markedIds, sentTableOf, startCli, uniqueName } from './helpers.ts';
 
-let sql: Sql;
-before(() => {
-  sql = db();
-});
-after(async () => {
-  await sql.end();
-});
+const sql = fileDb();
 
 describe('warm invocations', () => {
   it('two invocations in one container reuse one database client and one producer connection', async () => {
@@ -176,7 +169,6 @@ describe('retention', () => {
       await rt.close();
     }
   });
-
 
   it('deletes rows sent before OUTBOX_RETAIN_SENT_MS (in the sent table, left in the outbox by older versions) and rows skipped before OUTBOX_RETAIN_SKIPPED_MS, each by its own window; keeps pending and recent ones', async () => {
     const f = await fixture(sql, 'prune');

@@ -4,19 +4,12 @@
 // function of the same name, cannot make the unwait trigger update that table instead of the
 // outbox, nor the insert trigger call that function instead of pg_notify.
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
-import type { Sql } from 'postgres';
+import { describe, it } from 'node:test';
 import { migrate } from '../../src/outbox/migrate.ts';
 import { notifyChannel, parseTableName, qualified, quoteIdent } from '../../src/outbox/identifier.ts';
-import { db, uniqueName } from './helpers.ts';
+import { db, fileDb, uniqueName } from './helpers.ts';
 
-let sql: Sql;
-before(() => {
-  sql = db();
-});
-after(async () => {
-  await sql.end();
-});
+const sql = fileDb();
 
 /** An outbox in public, and a schema of the caller's holding a table of the same name. */
 async function setUp(prefix: string): Promise<{ name: string; t: string; evil: string; cleanUp(): Promise<void> }> {

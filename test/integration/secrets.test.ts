@@ -8,9 +8,8 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { after, describe, it } from 'node:test';
 import { CreateSecretCommand, DeleteSecretCommand, PutSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
-import type { Sql } from 'postgres';
 import { loadConfig } from '../../src/config.ts';
 import { createLogger } from '../../src/log.ts';
 import { Runtime } from '../../src/runtime.ts';
@@ -21,6 +20,7 @@ import {
   counts,
   DATABASE_URL,
   db,
+  fileDb,
   fixture,
   insertEvents,
   outboxTableOf as t,
@@ -35,13 +35,7 @@ import {
   invokeOk as invoke,
 } from './helpers.ts';
 
-let sql: Sql;
-before(() => {
-  sql = db();
-});
-after(async () => {
-  await sql.end();
-});
+const sql = fileDb();
 
 describe('secrets (Secrets Manager in the AWS emulator)', () => {
   const sm = new SecretsManagerClient({ endpoint: AWS_ENDPOINT_URL, region: 'us-east-1', credentials: { accessKeyId: 'test', secretAccessKey: 'test' }, maxAttempts: 2 });

@@ -4,21 +4,14 @@
 // the marks follow the blocking rows (a failure marks, a send, retry or skip clears) and every
 // invocation tidies what changed behind its back. Order (G4) must hold whatever the marks say.
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
-import type { Sql } from 'postgres';
+import { describe, it } from 'node:test';
 import { Deadline } from '../../src/budget.ts';
 import { backlog } from '../../src/outbox/admin.ts';
 import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
 import { OutboxStore } from '../../src/outbox/store.ts';
-import { consumeAll, db, firstCopyOrder, fixture, insertEvents, invokeOk, isSorted, runCli, seqsById } from './helpers.ts';
+import { consumeAll, db, fileDb, firstCopyOrder, fixture, insertEvents, invokeOk, isSorted, runCli, seqsById } from './helpers.ts';
 
-let sql: Sql;
-before(() => {
-  sql = db();
-});
-after(async () => {
-  await sql.end();
-});
+const sql = fileDb();
 
 async function waitingSeqs(table: string): Promise<number[]> {
   const rows = await sql.unsafe<{ seq: string }[]>(`SELECT seq FROM ${qualified(parseTableName(table))} WHERE waiting AND sent_at IS NULL ORDER BY seq`);
