@@ -150,15 +150,15 @@ function run(job: Job): Promise<Result> {
     const out: Buffer[] = [];
     child.stdout.on('data', (b: Buffer) => out.push(b));
     child.stderr.on('data', (b: Buffer) => out.push(b));
-    let killedAfter: number | undefined;
+    let killed = false;
     const watchdog = setTimeout(() => {
-      killedAfter = FILE_LIMIT_MS;
+      killed = true;
       killGroup(child.pid!);
     }, FILE_LIMIT_MS);
     child.on('close', (code, signal) => {
       clearTimeout(watchdog);
       running.delete(child.pid!);
-      if (killedAfter) out.push(Buffer.from(`\n✖ ${job.name}: killed after ${killedAfter / 60_000} minutes, the limit of one file (FILE_LIMIT_MS in scripts/run-tests.ts): a test hung, or the file's process did not exit after its tests (a handle left open: a socket, a timer, a child process)\n`));
+      if (killed) out.push(Buffer.from(`\n✖ ${job.name}: killed after ${FILE_LIMIT_MS / 60_000} minutes, the limit of one file (FILE_LIMIT_MS in scripts/run-tests.ts): a test hung, or the file's process did not exit after its tests (a handle left open: a socket, a timer, a child process)\n`));
       const text = Buffer.concat(out).toString('utf8');
       const count = (label: string) => Number(new RegExp(`^ℹ ${label} (\\d+)`, 'm').exec(text)?.[1] ?? 0);
       const seconds = (Date.now() - started) / 1000;
