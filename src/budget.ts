@@ -31,12 +31,12 @@ export const BUDGET = {
   slowBatchDecay: 0.8,
   /**
    * How long a ROLLBACK may take past the deadline before its connection is given up
-   * (src/outbox/store.ts, BatchTx.deadlineFree): what the deadline leaves, within these bounds.
+   * (Deadline.rollbackGrace): what the deadline leaves, within these bounds.
    */
   rollbackGraceMs: { min: 250, max: 2_000 },
   /**
-   * A batch transaction's idle_in_transaction_session_timeout is the time left plus this
-   * (src/outbox/store.ts, OutboxStore.begin and .chore); its statement_timeout is the time left.
+   * A transaction's idle_in_transaction_session_timeout is the time left plus this; its
+   * statement_timeout is the time left (src/outbox/tx-settings.ts).
    */
   idleInTransactionPastDeadlineMs: 1_000,
 } as const;
@@ -55,6 +55,15 @@ export class Deadline {
   /** The same deadline, `ms` earlier: room kept for work that must follow (committing marks). */
   minus(ms: number): Deadline {
     return new Deadline(this.at - ms, this.now);
+  }
+
+  /**
+   * The deadline of a ROLLBACK, which may run past this one (it is how a failure ends): what this
+   * leaves, within BUDGET.rollbackGraceMs, so one grace is the most a failure spends.
+   */
+  rollbackGrace(): Deadline {
+    const { min, max } = BUDGET.rollbackGraceMs;
+    return new Deadline(this.now() + Math.min(max, Math.max(min, this.remaining())), this.now);
   }
 
   remaining(): number {

@@ -12,7 +12,7 @@ import { ConfigError, RelayError } from './errors.ts';
 import { migrate } from './outbox/migrate.ts';
 import { listParked, retryParked, skipParked, status } from './outbox/admin.ts';
 import { qualified } from './outbox/identifier.ts';
-import { wrapDbError } from './outbox/store.ts';
+import { wrapDbError } from './outbox/db-errors.ts';
 import type { Summary } from './relay.ts';
 
 function lambdaContext(timeoutMs: number, functionName: string): Context {

@@ -8,16 +8,18 @@
 // - this batch's COMMIT is written, and its answer read one batch later (CommitChain).
 import { BatchBudget, type Deadline } from './budget.ts';
 import type { Config } from './config.ts';
-import { DatabaseError, DeadlineExceededError, RelayError, describe } from './errors.ts';
+import { DatabaseError, DeadlineExceededError } from './errors.ts';
 import { socketsFlushed } from './event-loop.ts';
 import type { Logger } from './log.ts';
+import { commitBatch } from './loop/commit-batch.ts';
 import { CommitChain } from './loop/commit-chain.ts';
 import { Idle } from './loop/idle.ts';
-import { planBatch, topicsToSend } from './loop/plan.ts';
+import { NextClaim, type Batch } from './loop/next-claim.ts';
+import { publishBatch } from './loop/publish-batch.ts';
 import { Retention } from './loop/retention.ts';
 import type { BatchTransaction, ClaimedRow, PublishOutcome, Publisher, Store } from './loop/ports.ts';
-import { settle, type Settlement } from './loop/settlement.ts';
 import { finish, newSummary, timed, type StopReason, type Summary } from './loop/summary.ts';
+import { clearStaleWaiting, markWaiting } from './loop/waiting-marks.ts';
 import { TEST_HOOKS } from './test-hooks.ts';
 
 export type { StopReason, Summary };
@@ -27,15 +29,9 @@ export interface RelayDeps {
   publisher: Publisher;
   config: Config['outbox'];
   logger: Logger;
-  /** test-only: pause after the broker acked a batch, before its marks commit (crash window); none in a build (src/test-hooks.ts) */
+  /** test-only: pause after the broker acked a batch, before its marks commit (crash window); src/test-hooks.ts */
   pauseAfterPublishMs?: number;
   random?: () => number;
-}
-
-interface Batch {
-  tx: BatchTransaction;
-  rows: ClaimedRow[];
-  startedAt: number;
 }
 
 export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promise<Summary> {
@@ -43,12 +39,14 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
   await invocation.checkTables();
   // retention runs alongside the loop for the whole invocation (see loop/retention.ts)
   const { retainSentMs, retainSkippedMs } = deps.config;
-  const retention = retainSentMs > 0 || retainSkippedMs > 0 ? new Retention(deps.store, { sentMs: retainSentMs, skippedMs: retainSkippedMs }, deps.logger) : undefined;
+  const windows = { sentMs: retainSentMs, skippedMs: retainSkippedMs };
+  const retains = retainSentMs > 0 || retainSkippedMs > 0;
+  const retention = retains ? new Retention(deps.store, windows, deps.logger) : undefined;
   // the waiting marks: stale ones cleared before the first claim, new rows marked
   // alongside the loop; neither fails the invocation
-  const blocked = await clearStaleWaiting(deps, deadline);
+  const blocked = await clearStaleWaiting(deps.store, deps.logger, deadline);
   const pruning = retention?.run(deadline) ?? Promise.resolve(0);
-  const tidying = blocked ? markWaiting(deps, deadline) : Promise.resolve();
+  const tidying = blocked ? markWaiting(deps.store, deps.logger, deadline) : Promise.resolve();
   try {
     await invocation.relayAll();
   } catch (err) {
@@ -58,49 +56,6 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
   }
   await tidying;
   return invocation.finish(await pruning);
-}
-
-async function clearStaleWaiting(deps: RelayDeps, deadline: Deadline): Promise<boolean> {
-  try {
-    const { cleared, blocked } = await deps.store.clearStaleWaiting(deadline);
-    if (cleared) deps.logger.info('waiting marks cleared: their aggregates are no longer blocked', { cleared });
-    return blocked;
-  } catch (err) {
-    deps.logger.warn('clearing stale waiting marks failed; those rows wait for the next invocation (order is kept)', { error: err });
-    return false;
-  }
-}
-
-async function markWaiting(deps: RelayDeps, deadline: Deadline): Promise<void> {
-  try {
-    const marked = await deps.store.markWaiting(deadline);
-    if (marked) deps.logger.info('rows behind blocked aggregates marked waiting: claims no longer read them', { marked });
-  } catch (err) {
-    deps.logger.warn('marking waiting rows failed; claims skip them the slower way until the next invocation', { error: err });
-  }
-}
-
-/** A claim started ahead, while the batch before it is published; taken or discarded once. */
-class NextClaim {
-  constructor(private readonly claim: Promise<Batch>) {
-    // read by take() or discard(); never an unhandled rejection meanwhile
-    claim.catch(() => undefined);
-  }
-
-  /** Resolves once the claim has returned, whatever it found (the batch in flight relies on that, see ClaimFilter.inFlight). */
-  returned(): Promise<void> {
-    return this.claim.then(noop, noop);
-  }
-
-  take(): Promise<Batch> {
-    return this.claim;
-  }
-
-  async discard(): Promise<void> {
-    // a claim that failed has already rolled its transaction back
-    const batch = await this.claim.catch(() => undefined);
-    await batch?.tx.rollback();
-  }
 }
 
 class Invocation {
@@ -126,7 +81,7 @@ class Invocation {
   private ahead: NextClaim | undefined;
   /** linger mode only: waits for new rows once nothing is left to claim */
   private readonly idle: Idle | undefined;
-  /** the latest claim: when it started, the notifications it had seen, and whether any pending row is news to it (Idle.wait) */
+  /** the latest claim: when it started, the notifications it had seen, whether a pending row is news (Idle.wait) */
   private lastClaim = { at: 0, seen: 0, anyRowWakes: false, claimAgain: false, recheck: false };
 
   constructor(
@@ -176,7 +131,8 @@ class Invocation {
       this.lastClaim.recheck = true;
       return timed(this.summary, 'claim', again);
     }
-    const woke = await timed(this.summary, 'idle', this.idle.wait(this.deadline, this.budget.lingerUntil(), this.lastClaim));
+    const waited = this.idle.wait(this.deadline, this.budget.lingerUntil(), this.lastClaim);
+    const woke = await timed(this.summary, 'idle', waited);
     if (!woke) return undefined;
     this.summary.wakeups[woke]++;
     // aggregates found behind an application's lock are looked at again now and then, not only by the next invocation
@@ -200,7 +156,9 @@ class Invocation {
     const previousFailed = await timed(this.summary, 'commit', this.commits.failureOf());
     // the claim ahead relies on this batch's locks: it must have returned before they go
     await timed(this.summary, 'claim', this.ahead?.returned() ?? Promise.resolve());
-    await timed(this.summary, 'commit', this.commitBatch(batch, outcome));
+    const { config, random, logger } = this.deps;
+    const commit = { policy: config, random, commits: this.commits, summary: this.summary, logger };
+    await timed(this.summary, 'commit', commitBatch(batch, outcome, commit));
     this.inHand = undefined;
     // a failed COMMIT fails the invocation only now, so this batch's acks were committed first
     if (previousFailed) throw previousFailed;
@@ -219,7 +177,9 @@ class Invocation {
       }
       this.heldBackRows.add(r.seq);
       if (r.waitsOnForeignLock && !this.stuckAggregates.has(r.aggregateid)) {
-        this.deps.logger.debug('aggregate held back behind a row this invocation cannot take', { aggregateid: r.aggregateid, seq: r.seq, waitsFor: r.first_gap });
+        const { aggregateid, seq, first_gap: waitsFor } = r;
+        const message = 'aggregate held back behind a row this invocation cannot take';
+        this.deps.logger.debug(message, { aggregateid, seq, waitsFor });
         this.stuckAggregates.add(r.aggregateid);
       }
     }
@@ -264,7 +224,7 @@ class Invocation {
     const stale = batch.rows.filter((r) => r.waitsOnStaleMark).map((r) => r.aggregateid);
     if (stale.length === 0 || this.staleMarksCleared) return;
     this.staleMarksCleared = true;
-    await clearStaleWaiting(this.deps, this.deadline);
+    await clearStaleWaiting(this.deps.store, this.deps.logger, this.deadline);
     for (const a of stale) this.stuckAggregates.delete(a);
   }
 
@@ -284,40 +244,13 @@ class Invocation {
     return ahead;
   }
 
-  /** Plan the batch, premark what will be sent, send it. Never throws for Kafka's failures. */
-  private async publish(batch: Batch, ready: ClaimedRow[]): Promise<PublishOutcome> {
+  /** Plan the batch, premark what will be sent, send it (loop/publish-batch.ts). Never throws for Kafka's failures. */
+  private publish(batch: Batch, ready: ClaimedRow[]): Promise<PublishOutcome> {
+    const { publisher, store, config } = this.deps;
+    const { topicTemplate, rowRules: rules } = config;
     const sendBy = this.budget.sendBy();
-    const { publisher } = this.deps;
-    const { topicTemplate, rowRules } = this.deps.config;
-    const ctx = { format: publisher, topicTemplate, rules: rowRules, backedOff: this.backedOffTopics };
-    const limits = new Map<string, number>();
-    for (const topic of topicsToSend(ready, ctx)) {
-      try {
-        limits.set(topic, await publisher.maxMessageBytes(topic, sendBy));
-      } catch (err) {
-        // the broker cannot even be asked: the whole batch waits, no row is charged (the
-        // publisher rejects with its failure classified: Publisher.maxMessageBytes)
-        return { acked: [], rejected: [], backedOff: [], unavailable: err as RelayError };
-      }
-    }
-    let plan = planBatch(ready, { ...ctx, limits });
-    if (plan.unread.length > 0) {
-      // payloads the claim left out as larger than it reads, whose topics take messages that
-      // large (their limits were not known at the claim): read now, and plan again
-      const unread = new Set(plan.unread);
-      await batch.tx.readPayloads(ready.filter((r) => unread.has(r.seq)));
-      plan = planBatch(ready, { ...ctx, limits });
-      // rows locked by this batch cannot lose their payloads: a second miss is a bug, never a send out of order
-      if (plan.unread.length > 0) throw new DatabaseError(`the payloads of rows ${plan.unread.join(', ')} could not be read; nothing of this batch was sent`);
-    }
-    batch.tx.premark(plan.messages.map((m) => m.seq));
-    // The client was abandoned since this batch was claimed (the claim ahead, while the batch
-    // before it was committed): the server has rolled its transaction back, so its rows are no
-    // longer ours, and a publish would be a second batch sent again by the next invocation (G2).
-    const unusable = this.deps.store.unusable('publishing a batch claimed ahead');
-    if (unusable) throw unusable;
-    const sent = await publisher.publish(plan.messages, sendBy);
-    return { ...sent, rejected: [...plan.rejected, ...sent.rejected] };
+    const ctx = { publisher, store, topicTemplate, rules, backedOff: this.backedOffTopics, sendBy };
+    return publishBatch(batch.tx, ready, ctx);
   }
 
   private async testPause(outcome: PublishOutcome): Promise<void> {
@@ -326,57 +259,10 @@ class Invocation {
     if (TEST_HOOKS && pauseMs && outcome.acked.length > 0) {
       // the previous batch's COMMIT is on the wire, its answer not yet read: a kill here is the
       // crash that G2's second test needs
-      this.deps.logger.warn('test hook: pausing after publish, before marks commit', { pauseMs, acked: outcome.acked.length });
+      const acked = outcome.acked.length;
+      this.deps.logger.warn('test hook: pausing after publish, before marks commit', { pauseMs, acked });
       await new Promise((r) => setTimeout(r, pauseMs));
     }
-  }
-
-  /**
-   * Mark acked rows sent, charge rejected rows an attempt (or park them), COMMIT. Usually every
-   * row was acked and premarked, so only the COMMIT is left: it joins the commit chain, and its
-   * answer is read while the next batch is published.
-   */
-  private async commitBatch(batch: Batch, outcome: PublishOutcome): Promise<void> {
-    const attempts = new Map(batch.rows.map((r) => [r.seq, r.attempts]));
-    const { config } = this.deps;
-    const result = settle(outcome.acked, outcome.rejected, (seq) => attempts.get(seq) ?? 0, config, this.deps.random);
-    if (result.sent.length === 0 && result.failures.length === 0) {
-      // Nothing to write (e.g. the broker hung and the send lost the race with the deadline): a
-      // COMMIT would find the deadline spent and blame "committing the batch" instead of the broker.
-      return batch.tx.rollback();
-    }
-    try {
-      const committing = await batch.tx.commitIfAllPremarked(result.sent, result.failures);
-      if (committing) {
-        const counted = committing.answer.then(
-          () => this.count(result),
-          (err: unknown) => {
-            throw this.commitFailed(err, result);
-          },
-        );
-        return this.commits.add(batch.tx, counted);
-      }
-      await batch.tx.markAndCommit(result.sent, result.failures);
-    } catch (err) {
-      await batch.tx.rollback();
-      throw this.commitFailed(err, result);
-    }
-    this.count(result);
-  }
-
-  private count({ sent, failures }: Settlement): void {
-    this.summary.published += sent.length;
-    for (const f of failures) {
-      if (f.park) this.summary.parked++;
-      else this.summary.retried++;
-      this.deps.logger.warn(f.park ? 'row parked' : 'row will be retried', { seq: f.seq, error: f.error, delayMs: f.delayMs });
-    }
-  }
-
-  private commitFailed(err: unknown, { sent }: Settlement): Error {
-    // acked but not marked: these rows will be sent again (at-least-once), with the same ids
-    this.deps.logger.error('could not commit the batch marks; its rows will be re-sent', { acked: sent.length, error: err });
-    return err instanceof RelayError ? err : new DatabaseError(`committing marks failed: ${describe(err)}`, { cause: err });
   }
 
   private noteBackedOffTopics(outcome: PublishOutcome): void {
@@ -384,7 +270,9 @@ class Invocation {
       if (this.backedOffTopics.has(topic)) continue;
       this.backedOffTopics.add(topic);
       this.summary.topicsBackedOff.push(topic);
-      this.deps.logger.warn('topic refused by the broker; its rows stay pending, uncharged, and this invocation sends nothing more to it', { topic, error });
+      const message =
+        'topic refused by the broker; its rows stay pending, uncharged, and this invocation sends nothing more to it';
+      this.deps.logger.warn(message, { topic, error });
     }
   }
 
@@ -397,7 +285,8 @@ class Invocation {
       // A send that outlived the whole remaining budget (a hung or frozen broker) fails the
       // invocation like a broker that is down: both must show in Lambda's Errors metric.
       this.summary.error = outcome.unavailable.message;
-      this.deps.logger.warn('broker unavailable; stopping this invocation, rows stay pending', { error: outcome.unavailable });
+      const error = outcome.unavailable;
+      this.deps.logger.warn('broker unavailable; stopping this invocation, rows stay pending', { error });
       return this.stop('broker-unavailable');
     }
     if (!this.budget.fits()) {
@@ -419,7 +308,8 @@ class Invocation {
   private async claim(after?: BatchTransaction, inFlight: string[] = []): Promise<Batch> {
     const startedAt = Date.now();
     this.summary.claims++;
-    this.lastClaim = { at: startedAt, seen: this.idle?.seen() ?? 0, anyRowWakes: false, claimAgain: false, recheck: false };
+    const seen = this.idle?.seen() ?? 0;
+    this.lastClaim = { at: startedAt, seen, anyRowWakes: false, claimAgain: false, recheck: false };
     const tx = await this.deps.store.begin(this.deadline, after);
     try {
       const rows = await tx.claim(this.deps.config.batchSize, {
@@ -445,7 +335,7 @@ class Invocation {
     return undefined;
   }
 
-  /** Ends what is open and turns the error into the invocation's failure, with its summary when it is the database's. */
+  /** Ends what is open and turns the error into the invocation's failure, with its summary if the database's. */
   private async failed(err: unknown): Promise<unknown> {
     await this.inHand?.tx.rollback();
     await this.ahead?.discard();
@@ -453,7 +343,10 @@ class Invocation {
     // Only database statements can lose the race with the deadline here (sends report through
     // the outcome): a database that does not answer within the whole budget is hung, and fails
     // the invocation like a broker that is down, so it shows in Lambda's Errors metric.
-    const failure = err instanceof DeadlineExceededError ? new DatabaseError(`the database did not answer in time: ${err.message}`, { cause: err }) : err;
+    const hung = err instanceof DeadlineExceededError;
+    const failure = hung
+      ? new DatabaseError(`the database did not answer in time: ${err.message}`, { cause: err })
+      : err;
     if (!(failure instanceof DatabaseError)) return failure;
     this.summary.error = failure.message;
     return Object.assign(failure, { summary: finish(this.summary, this.startedAt, 'database-error') });
@@ -465,7 +358,11 @@ class Invocation {
   }
 }
 
-function noop(): void {}
-
 /** The stops that mean "nothing to claim now": linger mode waits for rows after them. */
-const LINGERS_AFTER: ReadonlySet<StopReason> = new Set(['empty', 'behind-failed-rows', 'locked', 'behind-foreign-locks', 'topics-backed-off']);
+const LINGERS_AFTER: ReadonlySet<StopReason> = new Set([
+  'empty',
+  'behind-failed-rows',
+  'locked',
+  'behind-foreign-locks',
+  'topics-backed-off',
+]);

@@ -1,5 +1,5 @@
 // What the invocation loop needs from the database (Store) and from Kafka (Publisher): the loop
-// sees each side only through these. OutboxStore/BatchTx (src/outbox/store.ts) and
+// sees each side only through these. OutboxStore/BatchTx (src/outbox/store.ts, batch-tx.ts) and
 // ProducerPublisher (src/kafka/producer-publisher.ts) implement them against the real services;
 // the model-based tests implement them in memory.
 import type { Deadline } from '../budget.ts';

@@ -6,7 +6,7 @@ import { topicFor, type ParkedPolicy, type TableName } from '../domain.ts';
 import { openConnections } from './client.ts';
 import { qualified } from './identifier.ts';
 import * as q from './sql.ts';
-import { isConnectionLost } from './store.ts';
+import { isConnectionLost } from './db-errors.ts';
 
 export interface TopicStatus {
   topic: string;

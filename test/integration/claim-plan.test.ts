@@ -10,7 +10,8 @@ import { Deadline } from '../../src/budget.ts';
 import { parseTableName, qualified, sentTable } from '../../src/outbox/identifier.ts';
 import { migrate } from '../../src/outbox/migrate.ts';
 import { moveSentSql } from '../../src/outbox/sql.ts';
-import { BATCH_PLANNER_SETTINGS, OutboxStore } from '../../src/outbox/store.ts';
+import { OutboxStore } from '../../src/outbox/store.ts';
+import { BATCH_PLANNER_SETTINGS } from '../../src/outbox/tx-settings.ts';
 import { fileDb, uniqueName } from './helpers.ts';
 
 /** a claim with nothing left out: the usual shape */

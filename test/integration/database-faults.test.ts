@@ -13,7 +13,7 @@ import { Deadline } from '../../src/budget.ts';
 import { openConnections } from '../../src/outbox/client.ts';
 import { DatabaseError } from '../../src/errors.ts';
 import { createLogger } from '../../src/log.ts';
-import { isConnectionLost } from '../../src/outbox/store.ts';
+import { isConnectionLost } from '../../src/outbox/db-errors.ts';
 import type { Summary } from '../../src/relay.ts';
 import { Runtime } from '../../src/runtime.ts';
 import {

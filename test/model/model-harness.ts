@@ -20,7 +20,8 @@ import { retryParked, skipParked } from '../../src/outbox/admin.ts';
 import { parseTableName, qualified, sentTable, type TableName } from '../../src/outbox/identifier.ts';
 import { dropOutbox, migrate } from '../../src/outbox/migrate.ts';
 import { CLIENT_OPTIONS } from '../../src/outbox/client.ts';
-import { OutboxStore, isConnectionLost } from '../../src/outbox/store.ts';
+import { isConnectionLost } from '../../src/outbox/db-errors.ts';
+import { OutboxStore } from '../../src/outbox/store.ts';
 import { runInvocation, type Summary } from '../../src/relay.ts';
 
 export const DATABASE_URL = process.env.TEST_DATABASE_URL ?? 'postgres://outbox:outbox@127.0.0.1:5432/outbox';

@@ -295,7 +295,7 @@ describe('model: regressions, the shrunk counterexamples the property found', ()
   // postgres.js 3.4.9 throws an uncatchable TypeError from nextWrite (porsager/postgres#1208). The
   // same happens when retention's or the waiting marks' own transaction loses its backend:
   // postgres.js's begin() writes its `rollback` to the closed socket. Fixed by running those on a
-  // connection of their own, ended as a batch's is (OutboxStore.chore).
+  // connection of their own, ended as a batch's is (src/outbox/side-tx.ts).
   it('no crash: a relay backend terminated while a batch is sent and retention runs beside it', () =>
     replay(
       {

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { BatchTimer, Deadline } from '../../src/budget.ts';
+import { BUDGET, BatchTimer, Deadline } from '../../src/budget.ts';
 import { DeadlineExceededError } from '../../src/errors.ts';
 
 describe('Deadline', () => {
@@ -26,6 +26,17 @@ describe('Deadline', () => {
   it('race passes a result through and rejects at once when already expired', async () => {
     assert.equal(await new Deadline(Date.now() + 1_000).race('x', Promise.resolve(42)), 42);
     await assert.rejects(new Deadline(Date.now() - 1).race('late', Promise.resolve(1)), /late did not finish/);
+  });
+
+  it('rollbackGrace: what the deadline leaves, within BUDGET.rollbackGraceMs (250 ms to 2 s)', () => {
+    let now = 1_000;
+    const clock = () => now;
+    assert.equal(new Deadline(now + 1_000, clock).rollbackGrace().remaining(), 1_000);
+    assert.equal(new Deadline(now + 60_000, clock).rollbackGrace().remaining(), BUDGET.rollbackGraceMs.max);
+    assert.equal(new Deadline(now - 5, clock).rollbackGrace().remaining(), BUDGET.rollbackGraceMs.min);
+    const grace = new Deadline(now, clock).rollbackGrace();
+    now += BUDGET.rollbackGraceMs.min;
+    assert.ok(grace.expired(), 'on the same clock');
   });
 });
 

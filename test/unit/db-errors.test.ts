@@ -1,9 +1,9 @@
-// How database errors are worded for the operator (src/outbox/store.ts wrapDbError), in particular
+// How database errors are worded for the operator (src/outbox/db-errors.ts wrapDbError), in particular
 // the ones a transaction-mode pooler causes when named prepared statements are on.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { DatabaseError } from '../../src/errors.ts';
-import { isPreparedStatementLost, wrapDbError } from '../../src/outbox/store.ts';
+import { isPreparedStatementLost, wrapDbError } from '../../src/outbox/db-errors.ts';
 
 /** what postgres.js rejects with: an Error carrying the server's fields */
 function serverError(code: string, message: string): Error {

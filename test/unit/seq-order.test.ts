@@ -2,7 +2,7 @@
 // an aggregate), comparing int8 values carried as decimal strings.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { bySeq } from '../../src/outbox/store.ts';
+import { bySeq } from '../../src/outbox/batch-tx.ts';
 
 describe('bySeq', () => {
   it('orders decimal seq strings numerically, not lexically', () => {

@@ -1,0 +1,31 @@
+// The waiting marks' passes beside the loop (docs/DESIGN.md, "Waiting rows leave the claim index"):
+// stale marks cleared before the first claim, new rows behind blocked aggregates marked alongside.
+// Neither fails the invocation: a mark is an optimisation, never a guarantee.
+import type { Deadline } from '../budget.ts';
+import type { Logger } from '../log.ts';
+import type { Store } from './ports.ts';
+
+/** Clear the stale waiting marks; true when some aggregate is blocked (markWaiting has work). */
+export async function clearStaleWaiting(store: Store, logger: Logger, deadline: Deadline): Promise<boolean> {
+  try {
+    const { cleared, blocked } = await store.clearStaleWaiting(deadline);
+    if (cleared) logger.info('waiting marks cleared: their aggregates are no longer blocked', { cleared });
+    return blocked;
+  } catch (err) {
+    logger.warn('clearing stale waiting marks failed; those rows wait for the next invocation (order is kept)', {
+      error: err,
+    });
+    return false;
+  }
+}
+
+export async function markWaiting(store: Store, logger: Logger, deadline: Deadline): Promise<void> {
+  try {
+    const marked = await store.markWaiting(deadline);
+    if (marked) logger.info('rows behind blocked aggregates marked waiting: claims no longer read them', { marked });
+  } catch (err) {
+    logger.warn('marking waiting rows failed; claims skip them the slower way until the next invocation', {
+      error: err,
+    });
+  }
+}

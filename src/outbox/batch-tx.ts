@@ -1,0 +1,287 @@
+// One batch's transaction on a reserved connection, BEGIN and COMMIT by hand: open → committing
+// (COMMIT on the wire, the connection maybe handed to the next batch) → ended. Its states and how
+// a transaction is ended: docs/DESIGN.md, "The batch transaction's states".
+import type { Deadline } from '../budget.ts';
+import { socketsFlushed } from '../event-loop.ts';
+import type { BatchTransaction, ClaimFilter, ClaimedRow } from '../loop/ports.ts';
+import type { Failure } from '../loop/settlement.ts';
+import type { Connections } from './connections.ts';
+import * as q from './sql.ts';
+import type { TxSettings } from './tx-settings.ts';
+import type { PendingQuery, ReservedSql, Row, RowList } from 'postgres';
+
+/** rows marked waiting per transaction by markWaiting: a long backlog is marked in short transactions */
+export const MARK_WAITING_CHUNK = 10_000;
+
+/** The statements a batch transaction sends, the store's (a bench's store replaces some). */
+export interface BatchStatements {
+  readonly table: string;
+  readonly markText: string;
+  readonly unwaitText: string;
+  readonly markWaitingText: string;
+  readonly payloadsText: string;
+  readonly prepared: { prepare: boolean };
+  claimStatement(limit: number, filter: ClaimFilter): q.Statement;
+}
+
+/** open: BEGIN sent. committing: COMMIT written, answer pending. ended: the connection released, unless handed over. */
+type TxState = 'open' | 'committing' | 'ended';
+
+const NO_FILTER: ClaimFilter = { aggregates: [], inFlight: [], topics: [], topicTemplate: '' };
+
+export class BatchTx implements BatchTransaction {
+  private state: TxState = 'open';
+  /** who uses the connection: this transaction, or the next batch's (OutboxStore.begin's `after`), once */
+  private connectionUser: 'this' | 'next' = 'this';
+  /** the rows premark() marked behind the savepoint, and whether those statements succeeded */
+  private premarked?: { seqs: Set<string>; written: Promise<boolean> };
+  /** the claimed rows' aggregates, and whether each had failed before (sending it may free its aggregate) */
+  private readonly claimed = new Map<string, { aggregateid: string; retried: boolean }>();
+  /** BEGIN and the settings, in flight ahead of the first statement (see open) */
+  private opened: Promise<void> = Promise.resolve();
+
+  private constructor(
+    private readonly client: Connections,
+    private readonly statements: BatchStatements,
+    private readonly conn: ReservedSql,
+    private readonly deadline: Deadline,
+  ) {}
+
+  /**
+   * BEGIN and the settings sent without waiting for their answers: the first statement follows them
+   * down the connection (postgres.js pipelines), so a claim costs one round trip, not three.
+   */
+  static open(
+    client: Connections,
+    statements: BatchStatements,
+    conn: ReservedSql,
+    deadline: Deadline,
+    settings: TxSettings,
+  ): BatchTx {
+    const tx = new BatchTx(client, statements, conn, deadline);
+    const settingsSent = conn.unsafe(settings.text, settings.params, statements.prepared);
+    const begun = [tx.run('BEGIN', conn`BEGIN`), tx.run('setting timeouts', settingsSent)];
+    tx.opened = Promise.all(begun).then(() => undefined);
+    // awaited by the first statement that needs the transaction; never an unhandled rejection
+    tx.opened.catch(() => undefined);
+    return tx;
+  }
+
+  private run<T>(what: string, query: Promise<T> | PendingQuery<Row[]>): Promise<T> {
+    // A PendingQuery is sent only when awaited: rejecting here means it never reaches the socket.
+    // On a client abandoned (ended) a reserved connection's statement would never be answered.
+    const unusable = this.client.unusable(what);
+    if (unusable) return Promise.reject(unusable);
+    return this.client.bounded(this.deadline, what, query);
+  }
+
+  private send<T extends Row[]>(what: string, text: string, params: unknown[], named = true): Promise<RowList<T>> {
+    const options = named ? this.statements.prepared : undefined;
+    return this.run(what, this.conn.unsafe<T>(text, params as never[], options));
+  }
+
+  /** Up to `limit` rows in seq order, with the order guard's verdict (ClaimFilter says what is left out). */
+  async claim(limit: number, filter: ClaimFilter = NO_FILTER): Promise<ClaimedRow[]> {
+    const { text, params } = this.statements.claimStatement(limit, filter);
+    const claimed = this.send<ClaimedRow[]>('claiming a batch', text, params);
+    claimed.catch(() => undefined);
+    // if BEGIN failed, so did the claim behind it: the connection is the same
+    await this.opened;
+    const rows = await claimed;
+    // seq order is the publishing order within an aggregate (G4); the claim leaves it to us
+    rows.sort(bySeq);
+    for (const r of rows) this.claimed.set(r.seq, { aggregateid: r.aggregateid, retried: r.attempts > 0 });
+    const waiting = rows.filter((r) => !r.publishable);
+    if (waiting.length === 0) return rows;
+    const gaps = [...new Set(waiting.map((r) => r.first_gap!))];
+    type Held = { seq: string; why: 'locked' | 'waiting' | 'parked' | 'not-due' | null };
+    const heldSql = q.heldGapsSql(this.statements.table);
+    const held = await this.send<Held[]>('checking held-back rows', heldSql, [gaps], false);
+    const why = new Map(held.map((g) => [g.seq, g.why]));
+    for (const r of waiting) {
+      const because = why.get(r.first_gap!);
+      // a gap row that cannot be claimed now: its aggregate is left out (heldGapsSql)
+      r.waitsOnForeignLock = because != null;
+      r.waitsOnStaleMark = because === 'waiting';
+    }
+    return rows;
+  }
+
+  /** Fill in the payloads the claim left out (ClaimBytes.payload) of these rows, locked by this transaction. */
+  async readPayloads(rows: ClaimedRow[]): Promise<void> {
+    if (rows.length === 0) return;
+    type Read = { seq: string; payload: string | null };
+    const seqs = rows.map((r) => r.seq);
+    const read = await this.send<Read[]>('reading large payloads', this.statements.payloadsText, [seqs]);
+    const bySeq = new Map(read.map((r) => [r.seq, r.payload]));
+    for (const r of rows) r.payload = bySeq.get(r.seq) ?? null;
+  }
+
+  /**
+   * Mark the rows about to be sent behind a savepoint, uncommitted, while they are on their way:
+   * settle() then has only to COMMIT, after the acks (G1). docs/DESIGN.md, "The commit chain".
+   */
+  premark(seqs: string[]): void {
+    if (seqs.length === 0 || this.client.poisoned) return;
+    const { markText, unwaitText } = this.statements;
+    const statements = [
+      this.run('opening the premark savepoint', this.conn`SAVEPOINT premark`),
+      this.send('marking rows sent', markText, [seqs]),
+    ];
+    // a row that had failed, once sent, may free the rows waiting behind it (the waiting marks)
+    const freed = this.aggregatesOf(seqs, true);
+    if (freed.length) statements.push(this.send('clearing waiting marks', unwaitText, [freed]));
+    // settled here so a failure is never unhandled; the commit methods look at the outcome
+    const written = Promise.all([this.opened, ...statements]).then(
+      () => true,
+      () => false,
+    );
+    this.premarked = { seqs: new Set(seqs), written };
+  }
+
+  /**
+   * Every premarked row acked, nothing failed: COMMIT, resolved once written to the socket, with a
+   * promise of its answer; undefined when the batch needs markAndCommit() instead.
+   */
+  async commitIfAllPremarked(sent: string[], failures: Failure[]): Promise<{ answer: Promise<void> } | undefined> {
+    const pre = this.premarked;
+    if (!pre || failures.length > 0 || sent.length !== pre.seqs.size || !sent.every((s) => pre.seqs.has(s)))
+      return undefined;
+    if (!(await pre.written)) return undefined;
+    this.premarked = undefined;
+    const answer = this.endWith(this.run('committing the batch', this.conn`COMMIT`));
+    answer.catch(() => undefined);
+    this.state = 'committing';
+    // on the wire before the next batch reaches the broker (G2): docs/DESIGN.md, "The commit chain"
+    await socketsFlushed();
+    return { answer };
+  }
+
+  /** One statement of the transaction, after its BEGIN (a side transaction's: side-tx.ts). */
+  async query<T extends Row[]>(what: string, text: string, params: Array<string | number | null>): Promise<RowList<T>> {
+    await this.opened;
+    return this.send<T>(what, text, params);
+  }
+
+  /** COMMIT and wait for its answer (a side transaction's end). */
+  commit(what: string): Promise<void> {
+    return this.endWith(this.run(what, this.conn`COMMIT`));
+  }
+
+  /** The transaction ends with its COMMIT's answer. */
+  private endWith(commit: Promise<unknown>): Promise<void> {
+    return commit.then(
+      () => this.end(),
+      (err: unknown) => {
+        // an answered COMMIT has ended the transaction on the server, failed or not; an unanswered
+        // one may not have (a lost race with the deadline, a closed connection): see endUnconfirmed
+        if (this.client.poisoned) this.endUnconfirmed();
+        else this.end();
+        throw err;
+      },
+    );
+  }
+
+  /** The connection, for the next batch's transaction, while this one's COMMIT is on the wire; once. */
+  handOver(): ReservedSql | undefined {
+    if (this.state !== 'committing' || this.connectionUser !== 'this' || this.client.poisoned) return undefined;
+    this.connectionUser = 'next';
+    return this.conn;
+  }
+
+  /** The server ended the transaction: release the connection unless the next batch's transaction has it. */
+  private end(): void {
+    if (this.state === 'ended') return;
+    this.state = 'ended';
+    if (this.connectionUser === 'this') this.conn.release();
+  }
+
+  /** The transaction's end was not confirmed: never release the connection, end the client. */
+  private endUnconfirmed(): void {
+    if (this.state === 'ended') return;
+    this.state = 'ended';
+    this.client.abandon();
+  }
+
+  /**
+   * Mark the acked rows, record the failed attempts and COMMIT, sent at once (one round trip); any
+   * failure aborts the transaction, so nothing of the batch is recorded. Premarks are undone first.
+   */
+  async markAndCommit(sent: string[], failures: Failure[]): Promise<void> {
+    await this.opened;
+    const { markText, unwaitText, markWaitingText, table } = this.statements;
+    const statements: Promise<unknown>[] = [];
+    const pre = this.premarked;
+    this.premarked = undefined;
+    if (pre) {
+      // Not every premarked row was acked, or the premark failed and left the transaction aborted:
+      // back to the savepoint, then mark exactly the acked.
+      await pre.written;
+      statements.push(this.run('undoing the premarks', this.conn`ROLLBACK TO SAVEPOINT premark`));
+    }
+    if (sent.length) statements.push(this.send('marking rows sent', markText, [sent]));
+    if (failures.length) {
+      const params = [
+        failures.map((f) => f.seq),
+        failures.map((f) => f.error.slice(0, 2_000)),
+        failures.map((f) => Math.round(f.delayMs)),
+        failures.map((f) => (f.park ? 1 : 0)),
+      ];
+      statements.push(this.send('recording failed attempts', q.recordFailuresSql(table), params, false));
+    }
+    // The waiting marks follow the blocking rows just changed: rows that failed before and were
+    // sent now, or failed again, may free their aggregates; rows that failed now block theirs.
+    const blocking = this.aggregatesOf(
+      failures.map((f) => f.seq),
+      false,
+    );
+    const freed = [...new Set([...this.aggregatesOf(sent, true), ...blocking])];
+    if (freed.length) statements.push(this.send('clearing waiting marks', unwaitText, [freed]));
+    // a chunk at most, to keep this batch short; the next invocation's markWaiting marks any more
+    if (blocking.length)
+      statements.push(this.send('marking waiting rows', markWaitingText, [blocking, MARK_WAITING_CHUNK]));
+    statements.push(this.run('committing the batch', this.conn`COMMIT`));
+    const results = await Promise.allSettled(statements);
+    const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) {
+      await this.rollback();
+      throw failed.reason;
+    }
+    this.end();
+  }
+
+  /** The distinct aggregates of the claimed rows `seqs` (only those that had failed before, with `retriedOnly`). */
+  private aggregatesOf(seqs: string[], retriedOnly: boolean): string[] {
+    const out = new Set<string>();
+    for (const seq of seqs) {
+      const row = this.claimed.get(seq);
+      if (row && (!retriedOnly || row.retried)) out.add(row.aggregateid);
+    }
+    return [...out];
+  }
+
+  /**
+   * Never throws. The connection goes back to the pool only once the server answered the ROLLBACK
+   * within its grace (Deadline.rollbackGrace); otherwise the client is ended, and the server rolls back.
+   */
+  async rollback(): Promise<void> {
+    if (this.state !== 'open') return;
+    this.state = 'ended';
+    if (this.connectionUser !== 'this') return;
+    if (!this.client.poisoned) {
+      try {
+        await this.deadline.rollbackGrace().race('rolling back', this.conn`ROLLBACK`);
+        this.conn.release();
+        return;
+      } catch {
+        // not confirmed: the transaction may still be open on the server
+      }
+    }
+    this.client.abandon();
+  }
+}
+
+/** seq values are int8 as decimal strings without sign or leading zeros: shorter is smaller */
+export function bySeq(a: { seq: string }, b: { seq: string }): number {
+  return a.seq.length - b.seq.length || (a.seq < b.seq ? -1 : a.seq > b.seq ? 1 : 0);
+}

@@ -1,0 +1,92 @@
+// How the database's errors are classified and worded for the operator: refused credentials, a
+// lost connection, a pooler that loses named prepared statements, a missing migration.
+import { DatabaseError, DeadlineExceededError } from '../errors.ts';
+
+const AUTH_CODES = new Set(['28P01', '28000']);
+
+/** The SQLSTATE of refused credentials, on the error or on its cause; undefined for any other error. */
+function authCode(err: unknown): string | undefined {
+  const e = err as { code?: unknown; cause?: { code?: unknown } } | undefined;
+  const code = e?.code ?? e?.cause?.code;
+  return typeof code === 'string' && AUTH_CODES.has(code) ? code : undefined;
+}
+
+export function isAuthError(err: unknown): boolean {
+  return authCode(err) !== undefined;
+}
+
+/** postgres.js' own codes for a closed socket, the OS's, and the server's "terminating connection" (57P0x) */
+const CONNECTION_LOST_CODES = new Set([
+  'CONNECTION_CLOSED',
+  'CONNECTION_ENDED',
+  'CONNECTION_DESTROYED',
+  'ECONNRESET',
+  'EPIPE',
+  '57P01',
+  '57P02',
+  '57P03',
+]);
+
+/** the error postgres.js gives a statement whose connection closed, for the waits it does not end itself */
+export function connectionClosed(message: string): Error {
+  return Object.assign(new Error(message), { code: 'CONNECTION_CLOSED' });
+}
+
+export function isConnectionLost(err: unknown): boolean {
+  const code = (err as { code?: unknown } | undefined)?.code;
+  return typeof code === 'string' && CONNECTION_LOST_CODES.has(code);
+}
+
+/** A transaction-mode pooler's lost named statements (docs/DESIGN.md, "Through a pooler"): 26000, 42P05. */
+const PREPARED_STATEMENT_LOST_CODES = new Set(['26000', '42P05']);
+
+export function isPreparedStatementLost(err: unknown): boolean {
+  const e = err as { code?: unknown } | undefined;
+  if (typeof e?.code !== 'string') return false;
+  if (PREPARED_STATEMENT_LOST_CODES.has(e.code)) return true;
+  // postgres.js parses rows with Buffer reads; an out-of-range read means a row description that
+  // does not belong to the row, which only a server connection switched under the client causes
+  return e.code === 'ERR_OUT_OF_RANGE' && err instanceof RangeError;
+}
+
+export const POOLED_PREPARE_ADVICE =
+  'the database connection looks pooled in transaction mode (PgBouncer/RDS Proxy), which loses named prepared ' +
+  'statements between transactions: set DATABASE_PREPARE=false';
+
+export function wrapDbError(err: unknown, what: string): Error {
+  if (err instanceof DeadlineExceededError || err instanceof DatabaseError) return err;
+  const e = err as { code?: string; message?: string };
+  if (isPreparedStatementLost(err)) {
+    // not retriable: every invocation through that pooler can hit it again until the setting changes
+    const detail = `${e.message ?? String(err)}; ${e.code}`;
+    return new DatabaseError(`database error while ${what}: ${POOLED_PREPARE_ADVICE} (${detail})`, {
+      cause: err,
+      retriable: false,
+    });
+  }
+  const auth = authCode(err);
+  if (auth) {
+    const message =
+      `database rejected the credentials while ${what} (${auth}): ` +
+      'check DATABASE_URL or the DATABASE_SECRET_ID secret';
+    return new DatabaseError(message, { cause: err, retriable: false });
+  }
+  if (e?.code === '42703') {
+    // a column a later migration adds (the operator commands' audit columns, say): the relay's
+    // own statements never get here, the schema check refuses a table without its migrations
+    const message =
+      `a column the relay needs does not exist (${e.message}): ` +
+      'the outbox table lacks a migration; run `outbox-relay migrate` (idempotent)';
+    return new DatabaseError(message, { cause: err, retriable: false });
+  }
+  if (e?.code === '42P01') {
+    const message =
+      `a table the relay needs does not exist (${e.message}): ` +
+      'run `outbox-relay migrate` (it creates the outbox table and its sent table) or check OUTBOX_TABLE';
+    return new DatabaseError(message, { cause: err, retriable: false });
+  }
+  return new DatabaseError(
+    `database error while ${what}: ${e?.message ?? String(err)}${e?.code ? ` (${e.code})` : ''}`,
+    { cause: err },
+  );
+}

@@ -1,0 +1,97 @@
+// The store's own short transactions beside the loop: a retention chunk, a pass of the waiting
+// marks. Each on a connection of its own, ended as a batch's is (BatchTx), never postgres.js'
+// sql.begin: docs/DESIGN.md, "The store and postgres.js".
+import type { Deadline } from '../budget.ts';
+import type { PruneTarget } from '../loop/ports.ts';
+import { BatchTx, MARK_WAITING_CHUNK, type BatchStatements } from './batch-tx.ts';
+import type { Connections } from './connections.ts';
+import { txSettings } from './tx-settings.ts';
+
+/** The statements of the side transactions (OutboxStore's). */
+export interface SideStatements extends BatchStatements {
+  readonly pruneText: Record<PruneTarget, string>;
+  readonly waitingWorkText: string;
+}
+
+export class SideTransactions {
+  constructor(
+    private readonly client: Connections,
+    private readonly statements: SideStatements,
+  ) {}
+
+  /**
+   * One retention chunk: deletes up to `limit` rows sent (or skipped) more than `retainMs` ago,
+   * oldest first, from one place that holds them. Returns how many; fewer than `limit`: none older left.
+   */
+  pruneChunk(what: PruneTarget, retainMs: number, limit: number, deadline: Deadline): Promise<number> {
+    const doing = `pruning ${what === 'skipped' ? 'skipped' : 'sent'} rows`;
+    const text = this.statements.pruneText[what];
+    // lock_timeout as long as the statement's: a sent row nothing else locks
+    return this.run(deadline, doing, undefined, async (tx) => (await tx.query(doing, text, [retainMs, limit])).count);
+  }
+
+  /**
+   * Before the first claim: clear the waiting marks nothing justifies any more (docs/order-guard.md);
+   * usually one probe and no transaction. `blocked`: markWaiting() has work.
+   */
+  async clearStaleWaiting(deadline: Deadline): Promise<{ cleared: number; blocked: boolean }> {
+    const { waitingWorkText, unwaitText, prepared } = this.statements;
+    type Work = { waiting: boolean; blocked: boolean };
+    const [work] = await this.client.bounded(
+      deadline,
+      'looking for waiting marks to tidy',
+      this.client.sql.unsafe<Work[]>(waitingWorkText, [], prepared),
+    );
+    if (!work?.waiting) return { cleared: 0, blocked: work?.blocked ?? false };
+    const cleared = await this.tidy(
+      deadline,
+      async (tx) => (await tx.query('clearing stale waiting marks', unwaitText, [null])).count,
+    );
+    return { cleared, blocked: work.blocked };
+  }
+
+  /** Alongside the loop: mark the rows written behind blocking rows since the last pass, in chunks. */
+  async markWaiting(deadline: Deadline): Promise<number> {
+    const { markWaitingText } = this.statements;
+    let marked = 0;
+    for (;;) {
+      const n = await this.tidy(
+        deadline,
+        async (tx) => (await tx.query('marking waiting rows', markWaitingText, [null, MARK_WAITING_CHUNK])).count,
+      );
+      marked += n;
+      if (n < MARK_WAITING_CHUNK) return marked;
+    }
+  }
+
+  private tidy<T>(deadline: Deadline, work: (tx: BatchTx) => Promise<T>): Promise<T> {
+    // lock_timeout: a row an application holds is not worth waiting for (SKIP LOCKED covers most)
+    return this.run(deadline, 'tidying the waiting marks', 1_000, work);
+  }
+
+  /** `work` in a transaction of its own, committed, or rolled back if it fails; never on a client known bad. */
+  private async run<T>(
+    deadline: Deadline,
+    what: string,
+    lockTimeoutMs: number | undefined,
+    work: (tx: BatchTx) => Promise<T>,
+  ): Promise<T> {
+    this.client.assertUsable(what);
+    const conn = await this.client.reserve(deadline);
+    const tx = BatchTx.open(
+      this.client,
+      this.statements,
+      conn,
+      deadline,
+      txSettings(deadline, { batch: false, lockTimeoutMs }),
+    );
+    try {
+      const result = await work(tx);
+      await tx.commit(what);
+      return result;
+    } catch (err) {
+      await tx.rollback();
+      throw err;
+    }
+  }
+}
