@@ -190,6 +190,33 @@ describe('linger mode', () => {
     }
   });
 
+  it('polling while an application holds an aggregate\'s first row: no claim or wake-up again and again without a new row; it lingers until only a batch\'s reserve is left', async () => {
+    const f = await fixture(sql, 'linger_held');
+    // budget 1.5 s (2.5 s less the fixture's 1 s margin), below RECLAIM_MS: no periodic claim either
+    const rt = runtime(f, { OUTBOX_WAKE: 'poll', OUTBOX_POLL_MS: '20' });
+    await produce(f, 1, 0);
+    await produce(f, 1, 0);
+    const holder = await sql.reserve();
+    try {
+      await holder`BEGIN`;
+      await holder.unsafe(`SELECT 1 FROM ${qualified(parseTableName(f.table))} WHERE seq = (SELECT min(seq) FROM ${qualified(parseTableName(f.table))}) FOR UPDATE`);
+      const t0 = Date.now();
+      const summary = await rt.invoke(2_500);
+      const tookMs = Date.now() - t0;
+      assert.equal(summary.published, 0, JSON.stringify(summary));
+      assert.equal(summary.stoppedBecause, 'behind-foreign-locks');
+      assert.deepEqual(summary.wakeups, { notified: 0, probe: 0, reclaim: 0 }, 'no row came: nothing woke the wait');
+      // the claim that took the second row (held back) and the claim without its aggregate
+      assert.ok(summary.claims <= 3, `${summary.claims} claims`);
+      // it waited until the smallest batch reserve (2 x 50 ms + 500 ms) was left of its 1.5 s
+      assert.ok(tookMs >= 1_500 - 600 - 30, `returned after ${tookMs} ms: it did not linger`);
+    } finally {
+      await holder`ROLLBACK`.catch(() => undefined);
+      holder.release();
+      await rt.close();
+    }
+  });
+
   it('G3/G4: two overlapping lingering invocations (a timeout longer than the period) deliver a steady stream exactly once, in order per aggregate', async (ctx) => {
     const f = await fixture(sql, 'linger_overlap');
     const a = runtime(f, { OUTBOX_BATCH_SIZE: '50' });

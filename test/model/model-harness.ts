@@ -5,7 +5,9 @@
 // postgres.js client per relay (built as src/runtime.ts builds its client, and replaced when the
 // Runtime would replace it), the migrations, the operator functions of src/outbox/admin.ts. The
 // publisher is a fake whose outcome per publish call the scenario chooses; it records every ack
-// (G1) and checks every first publication against the order the rows committed in (G4).
+// with the transaction of the batch it belongs to (G1) and checks every first publication against
+// the order the rows committed in (G4). A test-only trigger on the sent table notes the transaction
+// that moved each row there (World.addMarkLog).
 import { randomBytes } from 'node:crypto';
 import { appendFileSync } from 'node:fs';
 import postgres, { type ReservedSql, type Sql } from 'postgres';
@@ -335,13 +337,17 @@ class RelaySlot {
   }
 }
 
-/** The store the loop gets: the real one, with its claims counted (one begin() per claim) and capped. */
+/**
+ * The store the loop gets: the real one, with its claims counted (one begin() per claim) and capped,
+ * and each claim's transaction noted (World.noteClaim: G1 links an ack to the batch that got it).
+ */
 class CountingStore implements Store {
   claims = 0;
   constructor(
     /** replaced when the Runtime would reconnect within the invocation (see invokeLikeRuntime) */
     public inner: OutboxStore,
     private readonly cap: number,
+    private readonly world: World,
   ) {}
 
   /** the client can no longer commit a batch, and why (read by the loop in versions whose Store port has it) */
@@ -352,7 +358,16 @@ class CountingStore implements Store {
   begin(deadline: Deadline, after?: BatchTransaction): Promise<BatchTransaction> {
     this.claims++;
     if (this.claims > this.cap) return Promise.reject(new SpinError(`more than ${this.cap} claims in one invocation`));
-    return this.inner.begin(deadline, after);
+    return this.inner.begin(deadline, after).then((tx) => {
+      // the same object, its claim observed: begin(after) takes a connection over only from a BatchTx
+      const claim = tx.claim.bind(tx);
+      tx.claim = async (limit, filter) => {
+        const rows = await claim(limit, filter);
+        await this.world.noteClaim(rows.map((r) => r.seq));
+        return rows;
+      };
+      return tx;
+    });
   }
   nothingClaimable(deadline: Deadline): Promise<NothingClaimable> {
     return this.inner.nothingClaimable(deadline);
@@ -464,7 +479,7 @@ class ModelPublisher implements Publisher {
       }
       await sleep(o.delayMs);
     }
-    this.world.acknowledged(appended);
+    this.world.acknowledged(this.inv, appended);
     return outcome;
   }
 
@@ -490,8 +505,17 @@ export class World {
   private readonly rows = new Map<string, RowInfo>();
   private readonly labelsBySeq = new Map<number, string>();
   private readonly perAgg = new Map<string, number>();
-  /** every id the fake publisher reported acked to the relay (G1) */
-  private readonly acked = new Set<string>();
+  /**
+   * every id the fake publisher reported acked to the relay, with the transactions (xids) of the
+   * batches whose publish acked it (G1: the transaction that moves a row to the sent table is one)
+   */
+  private readonly acked = new Map<string, Set<string>>();
+  /** the transaction (xid) that holds each claimed row, by seq, as of its latest claim */
+  private readonly claimedBy = new Map<string, string>();
+  /** ids acked to each invocation (G2 at a normal return) */
+  private readonly ackedTo = new Map<number, Set<string>>();
+  /** the test-only table where a trigger notes which transaction moved each row to the sent table */
+  readonly markLog: string;
   /** ids by their first publication, the first time the broker appended them (G4) */
   private readonly firstAck = new Map<string, number>();
   private readonly deleted = new Set<string>();
@@ -521,6 +545,7 @@ export class World {
     this.poolMax = sc.poolMax;
     this.t = qualified(this.tableName);
     this.sentT = qualified(sentTable(this.tableName));
+    this.markLog = qualified(parseTableName(`${this.tableName.name}_marks`));
     this.policy = sc.policy;
     this.slots = [0, 1, 2].map((i) => new RelaySlot(i, this));
     this.config = (policy) =>
@@ -566,9 +591,44 @@ export class World {
     throw new Violation(`${this.violations.join('\n')}\n\nscenario:\n${fmtScenario(this.sc)}\n\ntrace (last 150 lines):\n${this.trace.slice(-150).join('\n')}`);
   }
 
-  /** the publisher answered: these were acked (G1: only these may ever be marked sent) */
-  acknowledged(acked: OutboundMessage[]): void {
-    for (const m of acked) this.acked.add(m.headers.id!);
+  /** the publisher answered invocation `inv`: these were acked (G1: only these may be marked, by their batch) */
+  acknowledged(inv: number, acked: OutboundMessage[]): void {
+    const to = this.ackedTo.get(inv) ?? new Set<string>();
+    this.ackedTo.set(inv, to);
+    for (const m of acked) {
+      const id = m.headers.id!;
+      const by = this.acked.get(id) ?? new Set<string>();
+      by.add(this.claimedBy.get(m.seq) ?? '?');
+      this.acked.set(id, by);
+      to.add(id);
+    }
+  }
+
+  /**
+   * A claim returned these rows, locked FOR UPDATE by its transaction (no savepoint yet): a row's
+   * xmax is that transaction's id, read before the loop sees the rows (and publishes them).
+   */
+  async noteClaim(seqs: string[]): Promise<void> {
+    if (seqs.length === 0) return;
+    const rows = await this.sql.unsafe<{ seq: string; xid: string }[]>(`SELECT seq::text, xmax::text AS xid FROM ${this.t} WHERE seq = ANY($1::bigint[])`, [seqs]);
+    for (const r of rows) this.claimedBy.set(r.seq, r.xid);
+  }
+
+  /**
+   * A trigger on the sent table notes, per row moved there, the (top-level) transaction that moved
+   * it: txid_current() inside the premark's savepoint is the batch's own, as xmax at its claim was.
+   */
+  private async addMarkLog(): Promise<void> {
+    const fn = qualified(parseTableName(`${this.tableName.name}_note_mark`));
+    await this.sql.unsafe(`CREATE TABLE ${this.markLog} (seq bigint NOT NULL, xid text NOT NULL)`);
+    await this.sql.unsafe(`CREATE FUNCTION ${fn}() RETURNS trigger LANGUAGE plpgsql AS $f$
+      BEGIN INSERT INTO ${this.markLog} VALUES (NEW.seq, (txid_current() % 4294967296)::text); RETURN NEW; END $f$`);
+    await this.sql.unsafe(`CREATE TRIGGER note_mark AFTER INSERT ON ${this.sentT} FOR EACH ROW EXECUTE FUNCTION ${fn}()`);
+  }
+
+  private async dropMarkLog(): Promise<void> {
+    await this.sql.unsafe(`DROP TABLE IF EXISTS ${this.markLog}`);
+    await this.sql.unsafe(`DROP FUNCTION IF EXISTS ${qualified(parseTableName(`${this.tableName.name}_note_mark`))}()`);
   }
 
   /** A batch of more than one row holds at most MODEL_BATCH_BYTES of payload (the claim's byte cut). */
@@ -792,7 +852,7 @@ export class World {
     const runs = await Promise.all(
       step.invocations.map(async (spec, index) => {
         const slot = this.slots[spec.relay]!;
-        const store = new CountingStore(await slot.ready(this.policy), this.claimCap());
+        const store = new CountingStore(await slot.ready(this.policy), this.claimCap(), this);
         const faults = step.faults.filter((f) => f.inv % n === index);
         const atPublish = async (call: number) => {
           for (const f of faults) {
@@ -806,6 +866,7 @@ export class World {
     );
     const first = this.invocations;
     this.invocations += n;
+    const sentBefore = await this.sentIds();
     const config = this.config(this.policy);
     this.log(`step: ${fmtStep(step)}`);
     const results = runs.map(async (r): Promise<InvocationResult> => {
@@ -857,6 +918,7 @@ export class World {
       this.log(`inv${first + r.index} (relay${r.spec.relay}) ${r.error ? `FAILED (${(r.error as Error).message}); ` : ''}${what}; claims ${r.claims}`);
     }
     this.checkInvocations(done, first, strict);
+    await this.checkReturned(done, first, step, sentBefore);
     // the Runtime replaces a broken client before its next invocation; close it now, so that its
     // abandoned transactions end before the operator's next statement (nothing else uses it)
     for (const slot of this.slots) if (slot.broken) await slot.close();
@@ -894,6 +956,31 @@ export class World {
     }
   }
 
+  private async sentIds(): Promise<Set<string>> {
+    return new Set((await this.sql.unsafe<{ id: string }[]>(`SELECT id::text FROM ${this.sentT} WHERE aggregatetype <> $1`, [OLD_SENT])).map((r) => r.id));
+  }
+
+  /**
+   * G2 at a normal return: an invocation that returned (did not fail) left no acked row unmarked,
+   * unless an operator removed it meanwhile. And when every invocation of the step returned and no
+   * operator removed a row beside them, their summaries' `published` add up to the rows they moved
+   * to the sent table.
+   */
+  private async checkReturned(done: InvocationResult[], first: number, step: InvokeStep, sentBefore: Set<string>): Promise<void> {
+    const sent = await this.sentIds();
+    for (const r of done) {
+      if (r.error !== undefined) continue;
+      const name = `inv${first + r.index} (relay${r.spec.relay})`;
+      const unmarked = [...(this.ackedTo.get(first + r.index) ?? [])].filter((id) => !sent.has(id) && !this.deleted.has(id) && !this.skipped.has(id));
+      if (unmarked.length) this.fail(`G2: ${name} returned normally, but rows it had acked are not in the sent table: ${unmarked.map((id) => this.label(id)).join(',')}`);
+    }
+    const removals = step.side.some((s) => s.action.kind === 'delete' || s.action.kind === 'skip');
+    if (removals || done.some((r) => r.error !== undefined)) return;
+    const published = done.reduce((sum, r) => sum + (r.summary?.published ?? 0), 0);
+    const moved = [...sent].filter((id) => !sentBefore.has(id)).length;
+    if (published !== moved) this.fail(`summary: the step's invocations report ${published} published, but ${moved} rows entered the sent table`);
+  }
+
   /**
    * G7: once an invocation has returned, a client that was not abandoned holds no transaction open
    * between statements (a statement still running, such as postgres.js's own fetch of the array
@@ -910,16 +997,24 @@ export class World {
   // --- checks after every step ----------------------------------------------------------------
 
   /**
-   * G1: every row in the sent table was acked by the publisher, once; no row is both sent and
-   * unsent. Nothing vanished: every committed row is in the outbox, in the sent table, or was
-   * deleted by hand.
+   * G1: every row in the sent table was acked by the publish of the batch that moved it there (the
+   * same transaction), once; no row is both sent and unsent. Nothing vanished: every committed row
+   * is in the outbox, in the sent table, or was deleted by hand.
    */
   async checkTables(): Promise<void> {
-    const sent = await this.sql.unsafe<{ id: string }[]>(`SELECT id::text FROM ${this.sentT} WHERE aggregatetype <> $1`, [OLD_SENT]);
+    const sent = await this.sql.unsafe<{ id: string; xid: string | null }[]>(
+      `SELECT s.id::text, (SELECT max(m.xid) FROM ${this.markLog} m WHERE m.seq = s.seq) AS xid FROM ${this.sentT} s WHERE s.aggregatetype <> $1`,
+      [OLD_SENT],
+    );
     const outbox = new Set((await this.sql.unsafe<{ id: string }[]>(`SELECT id::text FROM ${this.t}`)).map((r) => r.id));
     const sentIds = new Set<string>();
-    for (const { id } of sent) {
-      if (!this.acked.has(id)) this.fail(`G1: ${this.label(id)} is in the sent table but was never acked`);
+    for (const { id, xid } of sent) {
+      const ackedBy = this.acked.get(id);
+      if (!ackedBy) this.fail(`G1: ${this.label(id)} is in the sent table but was never acked`);
+      else if (xid === null || !ackedBy.has(xid)) {
+        const by = [...ackedBy].map((x) => `tx ${x}`).join(', ');
+        this.fail(`G1: ${this.label(id)} was moved to the sent table by tx ${xid ?? '?'}, whose batch's publish never acked it (acked only in the batches of ${by})`);
+      }
       if (sentIds.has(id)) this.fail(`G1: ${this.label(id)} is in the sent table twice`);
       if (outbox.has(id)) this.fail(`G1: ${this.label(id)} is in the sent table and still in the outbox`);
       sentIds.add(id);
@@ -935,6 +1030,7 @@ export class World {
 
   async run(): Promise<void> {
     await migrate(this.sql, this.tableName);
+    await this.addMarkLog();
     running.world = this;
     try {
       for (const step of this.sc.steps) {
@@ -990,7 +1086,10 @@ export class World {
       tx.conn.release();
     }
     for (const slot of this.slots) await slot.close();
-    if (!this.opts.keepTable) await dropOutbox(this.sql, this.tableName).catch(() => undefined);
+    if (!this.opts.keepTable) {
+      await dropOutbox(this.sql, this.tableName).catch(() => undefined);
+      await this.dropMarkLog().catch(() => undefined);
+    }
     await this.checkNoLeftovers();
   }
 
