@@ -30,13 +30,8 @@ const KAFKA_BROKERS = process.env.TEST_KAFKA_BROKERS ?? '127.0.0.1:9092';
 
 /** The shared things a test file can name in its `// services:` line. */
 const SERVICES = ['postgres', 'kafka', 'pgbouncer', 'moto', 'kafka-proxy-ports', 'build-dir'] as const;
-/**
- * 'machine': what every job shares and the unit tests take alone. Their model-based tests simulate
- * a database's and a broker's latencies with real timers, and on a machine whose cores are busy
- * with other files a timer fires late enough to pass a deadline no fault explains. Alone, they
- * take ~20 s.
- */
-export type Service = (typeof SERVICES)[number] | 'machine';
+/** The unit tests need none, and share the machine (~15 s, green beside two busy cores). */
+export type Service = (typeof SERVICES)[number];
 export type Claims = Map<Service, 'shared' | 'alone'>;
 
 interface Job {
@@ -77,7 +72,7 @@ export function jobs(): Job[] {
   const integration = testFiles('test/integration');
   const list: Job[] = [
     // pure logic: no service, one process for all of them
-    { name: 'unit', args: ['test/unit/**/*.test.ts'], env: {}, claims: new Map([['machine', 'alone']]) },
+    { name: 'unit', args: ['test/unit/**/*.test.ts'], env: {}, claims: new Map() },
     ...testFiles('test/model').map((file) => ({ name: `model ${file}`, args: [file], env: {}, claims: claimsOf(file) })),
   ];
   for (const file of integration) list.push({ name: `kafkajs ${file}`, args: [file], env: { TEST_KAFKA_CLIENT: 'kafkajs' }, claims: claimsOf(file) });
@@ -89,7 +84,6 @@ export function jobs(): Job[] {
     if (!claims.has('pgbouncer')) claims.set('pgbouncer', 'shared');
     list.push({ name: `pgbouncer ${file}`, args: [file], env: { TEST_KAFKA_CLIENT: 'kafkajs', TEST_VIA_POOLER: '1' }, claims });
   }
-  for (const job of list) if (!job.claims.has('machine')) job.claims.set('machine', 'shared');
   return list;
 }
 
@@ -191,7 +185,7 @@ for (const sig of ['SIGINT', 'SIGTERM'] as const) {
   });
 }
 
-const rank = (job: Job) => (job.claims.get('machine') === 'alone' ? 2 : job.claims.get('kafka') === 'alone' ? 1 : 0);
+const rank = (job: Job) => (job.claims.get('kafka') === 'alone' ? 1 : 0);
 
 /** Deletes the topics a file (or an earlier run that was interrupted) noted; a failure is only reported. */
 async function deleteTopics(file: string): Promise<void> {
