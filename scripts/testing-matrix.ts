@@ -1,15 +1,18 @@
 // The guarantee → test matrix of docs/testing.md, generated from the tests' own titles: a test
 // that proves a guarantee says so in its title ("G4: ..." or "G1/G7: ..."), and this lists every
-// such test under each guarantee, by file and suite. The matrix is the part of docs/testing.md
-// between the two markers; the rest of the page is written by hand.
+// such test once, by file and suite, with the ids it claims (its own and its suites'). The matrix
+// is the part of docs/testing.md between the two markers; the rest of the page is written by hand.
 //
 //   npm run docs:testing            rewrite the matrix in docs/testing.md
 //   npm run docs:testing -- --check fail (exit 1) when docs/testing.md is not what the tests say (.ci/run)
 //
+// Both also check that every relative link in README.md and docs/ resolves: the file exists and,
+// for a link to a heading (`page.md#heading`), the page has that heading (GitHub's anchors).
+//
 // Titles are read from the source with the TypeScript parser, not by running the tests: the first
 // argument of each describe()/it()/test() call, a string or a template (its ${…} kept as written).
-import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { join, relative } from 'node:path';
+import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { dirname, join, relative } from 'node:path';
 import ts from 'typescript';
 
 const ROOT = join(import.meta.dirname, '..');
@@ -80,26 +83,93 @@ function claims(t: Titled): string[] {
 
 export function matrix(): string {
   const tests = ['unit', 'model', 'integration'].flatMap((d) => testFiles(join(ROOT, 'test', d)).sort().flatMap(titlesOf));
-  const lines: string[] = [BEGIN, ''];
+  const proving = tests.filter((t) => claims(t).length > 0);
+  const lines: string[] = [BEGIN, '', '| guarantee | tests |', '|---|---|'];
   for (const [id, name] of Object.entries(GUARANTEES)) {
-    const proving = tests.filter((t) => claims(t).includes(id));
-    lines.push(`### ${id}: ${name}`, '', `${proving.length} test${proving.length === 1 ? '' : 's'}.`, '');
-    let file = '';
-    for (const t of proving) {
-      if (t.file !== file) {
-        file = t.file;
-        lines.push(`- [${file.replace(/^test\//, '')}](../${file})`);
-      }
-      const where = t.suites.length ? `${t.suites.join(' › ')} › ` : '';
-      lines.push(`  - ${(where + t.title).replace(/\s+/g, ' ').replace(/\|/g, '\\|')}`);
-    }
-    lines.push('');
+    lines.push(`| ${id}: ${name} | ${proving.filter((t) => claims(t).includes(id)).length} |`);
   }
-  lines.push(END);
+  const text = (s: string): string => s.replace(/\s+/g, ' ');
+  // the ids are listed before each title, so a title's own leading "G1/G2: " is not repeated
+  const bare = (s: string): string => s.replace(/^G[1-8](\/G[1-8])*: /, '');
+  let file = '';
+  let suite = '';
+  for (const t of proving) {
+    if (t.file !== file) {
+      file = t.file;
+      suite = '';
+      lines.push('', `**[${file.replace(/^test\//, '')}](../${file})**`, '');
+    }
+    const where = t.suites.join(' › ');
+    if (where !== suite) {
+      suite = where;
+      if (where) lines.push(`- ${text(where)}`);
+    }
+    lines.push(`${where ? '  ' : ''}- ${claims(t).join(' ')}: ${bare(text(t.title))}`);
+  }
+  lines.push('', END);
   return lines.join('\n');
 }
 
+/** The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces to hyphens. */
+function anchors(markdown: string): Set<string> {
+  const seen = new Map<string, number>();
+  const out = new Set<string>();
+  for (const line of markdown.replace(FENCED, '').split('\n')) {
+    const heading = /^#{1,6}\s+(.*?)\s*#*\s*$/.exec(line)?.[1];
+    if (heading === undefined) continue;
+    const slug = heading
+      .replace(/\[([^\]]*)\]\([^)]*\)/g, '$1')
+      .toLowerCase()
+      .replace(/[^\p{L}\p{N}\s_-]/gu, '')
+      .replace(/ /g, '-');
+    const n = seen.get(slug) ?? 0;
+    seen.set(slug, n + 1);
+    out.add(n ? `${slug}-${n}` : slug);
+  }
+  return out;
+}
+
+const FENCED = /^```[^\n]*\n[\s\S]*?^```/gm;
+
+/** Markdown with its fenced code blocks and inline code blanked, so code is not read as links. */
+function withoutCode(markdown: string): string {
+  return markdown.replace(FENCED, '').replace(/`[^`\n]*`/g, '``');
+}
+
+/** Every relative link of README.md and docs/**\/*.md that names no file, or no heading of its page. */
+export function brokenLinks(): string[] {
+  const pages = [join(ROOT, 'README.md'), ...markdownFiles(join(ROOT, 'docs'))];
+  const broken: string[] = [];
+  for (const page of pages) {
+    const text = withoutCode(readFileSync(page, 'utf8'));
+    for (const m of text.matchAll(/\]\(([^)\s]+)(?:\s+"[^"]*")?\)/g)) {
+      const link = m[1] ?? '';
+      if (/^[a-z][a-z0-9+.-]*:/i.test(link)) continue;
+      const [path, anchor] = link.split('#', 2);
+      const target = path ? join(dirname(page), decodeURIComponent(path)) : page;
+      const where = `${relative(ROOT, page)}: ${link}`;
+      if (!existsSync(target)) broken.push(`${where} (no such file)`);
+      else if (anchor && target.endsWith('.md') && statSync(target).isFile()
+        && !anchors(readFileSync(target, 'utf8')).has(anchor)) broken.push(`${where} (no such heading)`);
+    }
+  }
+  return broken;
+}
+
+function markdownFiles(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
+    const path = join(dir, e.name);
+    if (e.isDirectory()) return markdownFiles(path);
+    return e.name.endsWith('.md') ? [path] : [];
+  });
+}
+
 function main(): void {
+  const broken = brokenLinks();
+  if (broken.length) {
+    console.error(`links that do not resolve (fix the link, or the heading it names):\n  ${broken.join('\n  ')}`);
+    process.exitCode = 1;
+  }
   const doc = readFileSync(DOC, 'utf8');
   const start = doc.indexOf(BEGIN);
   const end = doc.indexOf(END);
