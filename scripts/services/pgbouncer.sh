@@ -2,7 +2,7 @@
 # PgBouncer in transaction mode on 127.0.0.1:6432, in front of the local Postgres (postgres.sh):
 # the connection pooler most Lambda-to-Postgres deployments go through (or RDS Proxy, which pools
 # the same way). Tests point the relay at it to prove the relay works through a transaction pooler
-# (docs/testing.md, "Local services"; test/integration/pooler.test.ts and the pooled run in
+# (docs/development.md, "Local services"; test/integration/pooler.test.ts and the pooled run in
 # scripts/test.sh).
 #
 #   URL   postgres://outbox:outbox@127.0.0.1:6432/outbox   (with DATABASE_PREPARE=false)
