@@ -12,7 +12,7 @@
 // Titles are read from the source with the TypeScript parser, not by running the tests: the first
 // argument of each describe()/it()/test() call, a string or a template (its ${…} kept as written).
 import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
-import { dirname, join, relative } from 'node:path';
+import { basename, dirname, join, relative } from 'node:path';
 import ts from 'typescript';
 
 const ROOT = join(import.meta.dirname, '..');
@@ -91,13 +91,18 @@ export function matrix(): string {
   const text = (s: string): string => s.replace(/\s+/g, ' ');
   // the ids are listed before each title, so a title's own leading "G1/G2: " is not repeated
   const bare = (s: string): string => s.replace(/^G[1-8](\/G[1-8])*: /, '');
+  let dir = '';
   let file = '';
   let suite = '';
   for (const t of proving) {
+    if (dirname(t.file) !== dir) {
+      dir = dirname(t.file);
+      lines.push('', `### ${dir}`);
+    }
     if (t.file !== file) {
       file = t.file;
       suite = '';
-      lines.push('', `**[${file.replace(/^test\//, '')}](../${file})**`, '');
+      lines.push('', `**[${basename(file)}](../${file})**`, '');
     }
     const where = t.suites.join(' › ');
     if (where !== suite) {
