@@ -6,8 +6,9 @@
 //   npm run docs:testing            rewrite the matrix in docs/testing.md
 //   npm run docs:testing -- --check fail (exit 1) when docs/testing.md is not what the tests say (.ci/run)
 //
-// Both also check that every relative link in README.md and docs/ resolves: the file exists and,
-// for a link to a heading (`page.md#heading`), the page has that heading (GitHub's anchors).
+// Both also check that every relative link in the project's Markdown pages (README.md, docs/, …)
+// resolves: the file exists and, for a link to a heading (`page.md#heading`), the page has that
+// heading (GitHub's anchors).
 //
 // Titles are read from the source with the TypeScript parser, not by running the tests: the first
 // argument of each describe()/it()/test() call, a string or a template (its ${…} kept as written).
@@ -141,9 +142,9 @@ function withoutCode(markdown: string): string {
   return markdown.replace(FENCED, '').replace(/`[^`\n]*`/g, '``');
 }
 
-/** Every relative link of README.md and docs/**\/*.md that names no file, or no heading of its page. */
+/** Every relative link of the project's Markdown pages that names no file, or no heading of its page. */
 export function brokenLinks(): string[] {
-  const pages = [join(ROOT, 'README.md'), ...markdownFiles(join(ROOT, 'docs'))];
+  const pages = markdownFiles(ROOT);
   const broken: string[] = [];
   for (const page of pages) {
     const text = withoutCode(readFileSync(page, 'utf8'));
@@ -161,10 +162,13 @@ export function brokenLinks(): string[] {
   return broken;
 }
 
+/** what is not the project's own: dependencies, local services' data, build output */
+const NOT_PAGES = new Set(['node_modules', '.cache', '.git', 'dist', '.serverless', '.build', 'reports', '.stryker-tmp']);
+
 function markdownFiles(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
     const path = join(dir, e.name);
-    if (e.isDirectory()) return markdownFiles(path);
+    if (e.isDirectory()) return NOT_PAGES.has(e.name) ? [] : markdownFiles(path);
     return e.name.endsWith('.md') ? [path] : [];
   });
 }
