@@ -6,15 +6,15 @@
 //   npm run docs:testing            rewrite the matrix in docs/testing.md
 //   npm run docs:testing -- --check fail (exit 1) when docs/testing.md is not what the tests say (.ci/run)
 //
-// Both also check that every relative link in the project's Markdown pages (README.md, docs/, …)
-// resolves: the file exists and, for a link to a heading (`page.md#heading`), the page has that
-// heading (GitHub's anchors).
+// Both also fail when a relative link of the project's Markdown pages does not resolve
+// (scripts/doc-links.ts).
 //
 // Titles are read from the source with the TypeScript parser, not by running the tests: the first
 // argument of each describe()/it()/test() call, a string or a template (its ${…} kept as written).
-import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, relative } from 'node:path';
 import ts from 'typescript';
+import { brokenLinks } from './doc-links.ts';
 
 const ROOT = join(import.meta.dirname, '..');
 const DOC = join(ROOT, 'docs', 'testing.md');
@@ -116,65 +116,8 @@ export function matrix(): string {
   return lines.join('\n');
 }
 
-/** The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces to hyphens. */
-function anchors(markdown: string): Set<string> {
-  const seen = new Map<string, number>();
-  const out = new Set<string>();
-  for (const line of markdown.replace(FENCED, '').split('\n')) {
-    const heading = /^#{1,6}\s+(.*?)\s*#*\s*$/.exec(line)?.[1];
-    if (heading === undefined) continue;
-    const slug = heading
-      .replace(/\[([^\]]*)\]\([^)]*\)/g, '$1')
-      .toLowerCase()
-      .replace(/[^\p{L}\p{N}\s_-]/gu, '')
-      .replace(/ /g, '-');
-    const n = seen.get(slug) ?? 0;
-    seen.set(slug, n + 1);
-    out.add(n ? `${slug}-${n}` : slug);
-  }
-  return out;
-}
-
-const FENCED = /^```[^\n]*\n[\s\S]*?^```/gm;
-
-/** Markdown with its fenced code blocks and inline code blanked, so code is not read as links. */
-function withoutCode(markdown: string): string {
-  return markdown.replace(FENCED, '').replace(/`[^`\n]*`/g, '``');
-}
-
-/** Every relative link of the project's Markdown pages that names no file, or no heading of its page. */
-export function brokenLinks(): string[] {
-  const pages = markdownFiles(ROOT);
-  const broken: string[] = [];
-  for (const page of pages) {
-    const text = withoutCode(readFileSync(page, 'utf8'));
-    for (const m of text.matchAll(/\]\(([^)\s]+)(?:\s+"[^"]*")?\)/g)) {
-      const link = m[1] ?? '';
-      if (/^[a-z][a-z0-9+.-]*:/i.test(link)) continue;
-      const [path, anchor] = link.split('#', 2);
-      const target = path ? join(dirname(page), decodeURIComponent(path)) : page;
-      const where = `${relative(ROOT, page)}: ${link}`;
-      if (!existsSync(target)) broken.push(`${where} (no such file)`);
-      else if (anchor && target.endsWith('.md') && statSync(target).isFile()
-        && !anchors(readFileSync(target, 'utf8')).has(anchor)) broken.push(`${where} (no such heading)`);
-    }
-  }
-  return broken;
-}
-
-/** what is not the project's own: dependencies, local services' data, build output */
-const NOT_PAGES = new Set(['node_modules', '.cache', '.git', 'dist', '.serverless', '.build', 'reports', '.stryker-tmp']);
-
-function markdownFiles(dir: string): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
-    const path = join(dir, e.name);
-    if (e.isDirectory()) return NOT_PAGES.has(e.name) ? [] : markdownFiles(path);
-    return e.name.endsWith('.md') ? [path] : [];
-  });
-}
-
 function main(): void {
-  const broken = brokenLinks();
+  const broken = brokenLinks(ROOT);
   if (broken.length) {
     console.error(`links that do not resolve (fix the link, or the heading it names):\n  ${broken.join('\n  ')}`);
     process.exitCode = 1;
