@@ -4,7 +4,7 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['node_modules/', '.cache/', 'dist/', '.serverless/', '.build/', '.stryker-tmp/', 'reports/', 'bin/', 'scripts/**/*.mjs', 'scripts/**/*.cjs', 'eslint.config.js'] },
+  { ignores: ['node_modules/', '.cache/', 'dist/', '.serverless/', '.build/', '.stryker-tmp/', 'reports/', 'bin/', 'scripts/**/*.mjs', 'scripts/**/*.cjs', 'eslint.config.js', '.dependency-cruiser.cjs'] },
   js.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked,
   {

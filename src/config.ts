@@ -1,10 +1,22 @@
 // The only reader of process.env. Turns the environment into a typed, validated Config and
 // reports every problem at once, each naming the variable and the form it expects.
 import { BUDGET } from './budget.ts';
-import { LEGAL_TOPIC, PARKED_POLICIES, TOPIC_PLACEHOLDERS, parseTableName, templateHead, unknownPlaceholders, type ParkedPolicy, type TableName } from './domain.ts';
+import {
+  DEFAULT_MAX_HEADER_BYTES,
+  DEFAULT_MAX_HEADERS,
+  LEGAL_TOPIC,
+  PARKED_POLICIES,
+  RESERVED_HEADER_PREFIX,
+  TOPIC_PLACEHOLDERS,
+  parseTableName,
+  templateHead,
+  unknownPlaceholders,
+  type ParkedPolicy,
+  type RowRules,
+  type TableName,
+} from './domain.ts';
 import { ConfigError } from './errors.ts';
 import { LOG_LEVELS, type LogLevel } from './log.ts';
-import { DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS, RESERVED_HEADER_PREFIX, type RowRules } from './loop/row-rules.ts';
 import { TEST_HOOKS } from './test-hooks.ts';
 import { DATABASE_SSL_MODES, databaseTls, iamTlsProblem, kafkaTlsDefault, mskIamPlaintextProblem, urlHosts, urlLogin, type DatabaseSsl } from './transport.ts';
 

@@ -1,7 +1,8 @@
-// What the relay's two sides share: the outbox row, where a row is published (topic routing), the
-// table's name, what parked rows do to their aggregate, and the broker's credentials. The database
-// side (src/outbox/), the Kafka side (src/kafka/), the loop (src/relay.ts, src/loop/) and the
-// configuration all take these from here, so neither side needs the other. Depends on nothing.
+// What the relay's two sides share: the outbox row, where a row is published (topic routing), what
+// a row may choose (RowRules), the table's name, what parked rows do to their aggregate, and the
+// broker's credentials. The database side (src/outbox/), the Kafka side (src/kafka/), the loop
+// (src/relay.ts, src/loop/) and the configuration all take these from here, so neither side needs
+// the other. Depends on nothing.
 
 /** One row of the outbox table, as the claim returns it. */
 export interface OutboxRow {
@@ -64,6 +65,25 @@ export function unknownPlaceholders(template: string): string[] {
 
 /** The headers the relay sets on every message (the row's `id` and `type`): a row's own headers never override them. */
 export const RELAY_HEADERS: readonly string[] = ['id', 'type'];
+
+/** What a row may choose: the rules src/loop/row-rules.ts checks, read from settings by src/config.ts. */
+export interface RowRules {
+  /** every topic must start with this (never empty: src/config.ts) */
+  topicPrefix: string;
+  /** header names starting with `__` a row may still set (OUTBOX_HEADERS_ALLOW_RESERVED) */
+  reservedHeadersAllowed: readonly string[];
+  /** most extra headers per row (OUTBOX_HEADERS_MAX_COUNT) */
+  maxHeaders: number;
+  /** most bytes of extra header names and values per row, UTF-8 (OUTBOX_HEADERS_MAX_BYTES) */
+  maxHeaderBytes: number;
+}
+
+/** Names starting with this are reserved: frameworks read them as instructions (Spring: __TypeId__, __KeyTypeId__, __ContentTypeId__). */
+export const RESERVED_HEADER_PREFIX = '__';
+
+export const DEFAULT_MAX_HEADERS = 32;
+/** room for W3C trace context with a full `baggage` (8,192 bytes by its spec) and a few more */
+export const DEFAULT_MAX_HEADER_BYTES = 16_384;
 
 /**
  * A table name from configuration (OUTBOX_TABLE). Identifiers cannot be bound as query parameters,

@@ -2,10 +2,10 @@
 // send (they can never be sent as they are), and which wait, uncharged, for a later batch. What a
 // message is, and which the broker can never take, the publisher says (MessageFormat); what a row
 // may choose (its topic's prefix, its headers), the relay's rules (row-rules.ts).
-import { payloadLeftOut, type OutboxRow } from '../domain.ts';
+import { payloadLeftOut, type OutboxRow, type RowRules } from '../domain.ts';
 import { MessageRejectedError } from '../errors.ts';
 import type { MessageFormat, OutboundMessage } from './ports.ts';
-import { brokenRule, type RowRules } from './row-rules.ts';
+import { brokenRule } from './row-rules.ts';
 
 export interface Plan {
   /** in seq order; an aggregate's messages are a prefix of its rows in the batch */

@@ -5,27 +5,9 @@
 // too) and keep its headers from steering consumers (`__TypeId__` picks the class Spring's
 // JsonDeserializer builds) or growing without bound. A row that breaks one is parked at once with
 // the rule and its setting named (docs/security.md): the same row could never pass later.
-import { RELAY_HEADERS } from '../domain.ts';
+import { RELAY_HEADERS, RESERVED_HEADER_PREFIX, type RowRules } from '../domain.ts';
 import { MessageRejectedError } from '../errors.ts';
 import type { OutboundMessage } from './ports.ts';
-
-export interface RowRules {
-  /** every topic must start with this (never empty: src/config.ts) */
-  topicPrefix: string;
-  /** header names starting with `__` a row may still set (OUTBOX_HEADERS_ALLOW_RESERVED) */
-  reservedHeadersAllowed: readonly string[];
-  /** most extra headers per row (OUTBOX_HEADERS_MAX_COUNT) */
-  maxHeaders: number;
-  /** most bytes of extra header names and values per row, UTF-8 (OUTBOX_HEADERS_MAX_BYTES) */
-  maxHeaderBytes: number;
-}
-
-/** Names starting with this are reserved: frameworks read them as instructions (Spring: __TypeId__, __KeyTypeId__, __ContentTypeId__). */
-export const RESERVED_HEADER_PREFIX = '__';
-
-export const DEFAULT_MAX_HEADERS = 32;
-/** room for W3C trace context with a full `baggage` (8,192 bytes by its spec) and a few more */
-export const DEFAULT_MAX_HEADER_BYTES = 16_384;
 
 /** The first rule `message` breaks, as the error its row is parked with; undefined when it keeps them all. */
 export function brokenRule(message: OutboundMessage, rules: RowRules): MessageRejectedError | undefined {

@@ -3,7 +3,7 @@ import { describe, it } from 'node:test';
 import type { OutboxRow } from '../../src/domain.ts';
 import { encodedSize, toMessage, tooLarge } from '../../src/kafka/message.ts';
 import { planBatch, topicsToSend, type PlanContext } from '../../src/loop/plan.ts';
-import type { RowRules } from '../../src/loop/row-rules.ts';
+import type { RowRules } from '../../src/domain.ts';
 import { settle } from '../../src/loop/settlement.ts';
 import { MessageRejectedError } from '../../src/errors.ts';
 

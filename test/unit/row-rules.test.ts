@@ -7,7 +7,8 @@ import { loadConfig } from '../../src/config.ts';
 import { RELAY_HEADERS, templateHead, type OutboxRow } from '../../src/domain.ts';
 import { ConfigError } from '../../src/errors.ts';
 import { toMessage } from '../../src/kafka/message.ts';
-import { brokenRule, type RowRules } from '../../src/loop/row-rules.ts';
+import type { RowRules } from '../../src/domain.ts';
+import { brokenRule } from '../../src/loop/row-rules.ts';
 
 const rules: RowRules = { topicPrefix: 'acme.', reservedHeadersAllowed: [], maxHeaders: 3, maxHeaderBytes: 40 };
 const row = (over: Partial<OutboxRow> = {}): OutboxRow => ({
