@@ -166,7 +166,8 @@ async function runCase(mode: 'exit' | 'linger', rate: number): Promise<CaseResul
     OUTBOX_TABLE: table,
     OUTBOX_TOPIC_TEMPLATE: topic,
     OUTBOX_IDLE: mode,
-    OUTBOX_WAKE: values.wake,
+    // a pooler in between (DATABASE_PREPARE=false) is what makes a lingering invocation poll
+    DATABASE_PREPARE: String(values.wake === 'notify'),
     OUTBOX_SAFETY_MARGIN_MS: String(MARGIN_MS),
     OUTBOX_RETAIN_SENT_MS: '0', OUTBOX_RETAIN_SKIPPED_MS: '0',
     OUTBOX_METRICS: 'off',

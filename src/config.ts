@@ -54,8 +54,6 @@ export interface Config {
     sslRejectUnauthorized: boolean;
     clientId: string;
     compression: 'none' | 'gzip';
-    /** most bytes of records one send (one Produce request per broker) carries */
-    maxRequestBytes: number;
   };
   outbox: {
     table: TableName;
@@ -80,10 +78,11 @@ export interface Config {
     retainSkippedMs: number;
     /** when nothing is left to send: exit, or linger until the budget is spent, waking on new rows (src/loop/idle.ts) */
     idle: 'exit' | 'linger';
-    /** how a lingering invocation learns of new rows: LISTEN/NOTIFY (a direct connection) or a probe every pollMs */
+    /**
+     * how a lingering invocation learns of new rows: LISTEN/NOTIFY (a direct connection) or a probe
+     * every pollMs (a pooler in between: DATABASE_PREPARE=false here, or found by the Runtime at connect)
+     */
     wake: 'notify' | 'poll';
-    /** OUTBOX_WAKE was not set: the Runtime picks poll when it finds a pooler in between */
-    wakeDefaulted: boolean;
     /** the probe's period when wake = poll */
     pollMs: number;
   };
@@ -152,8 +151,24 @@ class EnvReader {
   }
 }
 
+/**
+ * Settings that were removed, each with what took its place (docs/configuration.md#removed-settings).
+ * One still set is refused: ignoring it would silently change what its user asked for.
+ */
+export const REMOVED_SETTINGS: Readonly<Record<string, string>> = {
+  OUTBOX_MAX_REQUEST_BYTES:
+    "a send carries at most 1 MiB of records (the Java producer's max.request.size) and at most the topic's limit; " +
+    'a larger message that the topic takes still goes, alone. Unset it; to bound messages, set OUTBOX_MAX_MESSAGE_BYTES',
+  OUTBOX_WAKE:
+    'a lingering invocation polls when a pooler sits in between (DATABASE_PREPARE=false, or one found at connect) and LISTENs ' +
+    'otherwise. Unset it; behind PgBouncer or RDS Proxy set DATABASE_PREPARE=false',
+};
+
 export function loadConfig(env: Env = process.env): Config {
   const read = new EnvReader(env);
+  for (const [name, instead] of Object.entries(REMOVED_SETTINGS)) {
+    if (read.str(name) !== undefined) read.problems.push(`${name} was removed: ${instead}`);
+  }
   const database = databaseConfig(read);
   const config: Config = {
     database,
@@ -238,8 +253,6 @@ function kafkaConfig(read: EnvReader): Config['kafka'] {
     sslRejectUnauthorized: read.bool('KAFKA_SSL_REJECT_UNAUTHORIZED', true),
     clientId: read.str('OUTBOX_CLIENT_ID') ?? 'outbox-relay',
     compression: read.oneOf('OUTBOX_COMPRESSION', ['none', 'gzip'] as const, 'none'),
-    // the Java producer's max.request.size default
-    maxRequestBytes: read.int('OUTBOX_MAX_REQUEST_BYTES', 1_048_576, 1_024, 100_000_000),
   };
 }
 
@@ -300,10 +313,8 @@ function outboxConfig(read: EnvReader, prepare: boolean): Config['outbox'] {
     retainSkippedMs: read.int('OUTBOX_RETAIN_SKIPPED_MS', 30 * 86_400_000, 0, 3_650 * 86_400_000),
     idle: read.oneOf('OUTBOX_IDLE', ['exit', 'linger'] as const, 'exit'),
     // DATABASE_PREPARE=false says a pooler sits in between (PgBouncer in transaction mode, RDS
-    // Proxy): LISTEN does not work through the first and pins a session of the second, so polling
-    // is the default there
-    wake: read.oneOf('OUTBOX_WAKE', ['notify', 'poll'] as const, prepare ? 'notify' : 'poll'),
-    wakeDefaulted: read.str('OUTBOX_WAKE') === undefined,
+    // Proxy): LISTEN does not work through the first and pins a session of the second
+    wake: prepare ? 'notify' : 'poll',
     pollMs: read.int('OUTBOX_POLL_MS', 250, 10, 60_000),
   };
 }

@@ -225,12 +225,12 @@ export class Runtime {
 
   /**
    * The outbox settings for an invocation. A pooler found at connect (database()) also decides
-   * how a lingering invocation learns of new rows, unless OUTBOX_WAKE says: LISTEN through a
-   * transaction pooler succeeds but hears nothing, so poll.
+   * how a lingering invocation learns of new rows: LISTEN through a transaction pooler succeeds
+   * but hears nothing, so poll.
    */
   private outboxConfig(): Config['outbox'] {
     const o = this.config.outbox;
-    return !this.prepare && this.config.database.prepare && o.wakeDefaulted ? { ...o, wake: 'poll' } : o;
+    return !this.prepare && this.config.database.prepare ? { ...o, wake: 'poll' } : o;
   }
 
   /** One invocation: the loop of docs/DESIGN.md ("The invocation loop"), deadline = now + remaining - safety margin. */

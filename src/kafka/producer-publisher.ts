@@ -48,6 +48,11 @@ export interface KafkaClient {
 
 // broker default message.max.bytes (1 MiB + record batch overhead)
 const BROKER_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588;
+/**
+ * Most record bytes one send carries (a message larger than this that its topic takes goes alone):
+ * the Java producer's max.request.size default, far under any broker's socket.request.max.bytes.
+ */
+const MAX_REQUEST_BYTES = 1_048_576;
 
 /** One producer of the client, and the state of its use. */
 interface ProducerSlot {
@@ -246,7 +251,7 @@ export class ProducerPublisher implements Publisher {
   private async publishTopic(topic: string, group: OutboundMessage[], deadline: Deadline, outcome: PublishOutcome): Promise<void> {
     let limit: number;
     try {
-      limit = Math.min(await this.topicLimit(topic, deadline), this.opts.kafka.maxRequestBytes);
+      limit = Math.min(await this.topicLimit(topic, deadline), MAX_REQUEST_BYTES);
     } catch (err) {
       outcome.unavailable ??= classifySendError(err, topic, this.opts.kafka.auth).error;
       return;

@@ -27,7 +27,7 @@ export const RECLAIM_MS = 2_000;
 
 export type WakeReason = 'notified' | 'probe' | 'reclaim';
 
-/** OUTBOX_WAKE and OUTBOX_POLL_MS (config.ts reads them) */
+/** how it learns of new rows (notify unless a pooler sits in between: config.ts, runtime.ts) and OUTBOX_POLL_MS */
 export interface IdleOptions {
   /** how a waiting invocation learns of new rows: LISTEN/NOTIFY, or a probe every pollMs */
   wake: 'notify' | 'poll';
@@ -51,7 +51,7 @@ export class Idle {
     this.mode = config.wake;
   }
 
-  /** Learning of new rows by the probe (OUTBOX_WAKE=poll, or LISTEN failed or was lost). */
+  /** Learning of new rows by the probe (behind a pooler, or LISTEN failed or was lost). */
   get polling(): boolean {
     return this.mode === 'poll';
   }
@@ -130,7 +130,7 @@ export class Idle {
   private fallBackToPolling(what: string, err: unknown): void {
     this.mode = 'poll';
     this.listening = false;
-    this.logger.warn(`${what}; this invocation polls for new rows every OUTBOX_POLL_MS instead (set OUTBOX_WAKE=poll behind a pooler)`, { pollMs: this.config.pollMs, error: err });
+    this.logger.warn(`${what}; this invocation polls for new rows every OUTBOX_POLL_MS instead (set DATABASE_PREPARE=false behind a pooler)`, { pollMs: this.config.pollMs, error: err });
   }
 
   /** Sleep `ms`, or until a notification, a lost LISTEN or close() calls wakeUp. */

@@ -245,7 +245,7 @@ SELECT
 }
 
 /**
- * Linger mode's probe (OUTBOX_WAKE=poll): the newest pending row. A backward scan of the claim's
+ * Linger mode's probe (behind a pooler): the newest pending row. A backward scan of the claim's
  * partial index that stops at its first entry: one index page, however long the backlog.
  */
 export function newestPendingSql(t: string): string {

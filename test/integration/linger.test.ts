@@ -68,7 +68,8 @@ function latencies(committed: Map<string, number>, arrivals: Map<string, number>
 
 async function lingerCase(wake: 'notify' | 'poll'): Promise<{ summary: Summary; lat: number[]; lastCommitMs: number }> {
   const f = await fixture(sql, `linger_${wake}`);
-  const rt = runtime(f, { OUTBOX_WAKE: wake, OUTBOX_POLL_MS: '100' });
+  // a pooler in between (DATABASE_PREPARE=false) is what makes a lingering invocation poll
+  const rt = runtime(f, { DATABASE_PREPARE: String(wake === 'notify'), OUTBOX_POLL_MS: '100' });
   const watching = await startWatching([f.topic('order')]);
   try {
     const startedAt = Date.now();
@@ -107,7 +108,7 @@ describe('linger mode', () => {
     assert.ok(summary.durationMs > lastCommitMs && summary.durationMs < 11_000, `lingered ${summary.durationMs} ms, the last event committed at ${lastCommitMs} ms`);
   });
 
-  it(`polling (OUTBOX_WAKE=poll): the probe finds each new row, on Kafka within ${LATENCY_BOUND_MS} ms`, async (ctx) => {
+  it(`polling (DATABASE_PREPARE=false: a pooler in between): the probe finds each new row, on Kafka within ${LATENCY_BOUND_MS} ms`, async (ctx) => {
     const { summary, lat } = await lingerCase('poll');
     ctx.diagnostic(`latencies ${lat.join(', ')} ms; wakeups ${JSON.stringify(summary.wakeups)}`);
     for (const l of lat) assert.ok(l < LATENCY_BOUND_MS, `an event took ${l} ms to reach Kafka (latencies ${lat.join(', ')})`);
@@ -159,7 +160,7 @@ describe('linger mode', () => {
     url.port = String(proxy.port);
     const warnings: string[] = [];
     const rt = new Runtime(
-      loadConfig({ ...f.env, DATABASE_URL: url.toString(), OUTBOX_IDLE: 'linger', OUTBOX_WAKE: 'notify', OUTBOX_POLL_MS: '100', OUTBOX_RETAIN_SENT_MS: '0', OUTBOX_RETAIN_SKIPPED_MS: '0' }),
+      loadConfig({ ...f.env, DATABASE_URL: url.toString(), OUTBOX_IDLE: 'linger', OUTBOX_POLL_MS: '100', OUTBOX_RETAIN_SENT_MS: '0', OUTBOX_RETAIN_SKIPPED_MS: '0' }),
       createLogger('warn', {}, (line) => warnings.push(line)),
     );
     const watching = await startWatching([f.topic('order')]);
@@ -193,7 +194,7 @@ describe('linger mode', () => {
   it('polling while an application holds an aggregate\'s first row: no claim or wake-up again and again without a new row; it lingers until only a batch\'s reserve is left', async () => {
     const f = await fixture(sql, 'linger_held');
     // budget 1.5 s (2.5 s less the fixture's 1 s margin), below RECLAIM_MS: no periodic claim either
-    const rt = runtime(f, { OUTBOX_WAKE: 'poll', OUTBOX_POLL_MS: '20' });
+    const rt = runtime(f, { DATABASE_PREPARE: 'false', OUTBOX_POLL_MS: '20' });
     await produce(f, 1, 0);
     await produce(f, 1, 0);
     const holder = await sql.reserve();

@@ -32,15 +32,25 @@ describe('loadConfig', () => {
     assert.equal(c.outbox.maxMessageBytes, undefined);
   });
 
-  it('linger: OUTBOX_WAKE defaults to notify, to poll with DATABASE_PREPARE=false (a pooler), and says when it was defaulted', () => {
+  it('linger: a lingering invocation LISTENs, and polls with DATABASE_PREPARE=false (a pooler in between)', () => {
     const base = { DATABASE_URL: 'postgres://u:p@h:5432/d', KAFKA_BROKERS: 'k:9092' };
-    assert.deepEqual(pick(loadConfig(base).outbox), { idle: 'exit', wake: 'notify', wakeDefaulted: true, pollMs: 250 });
-    assert.deepEqual(pick(loadConfig({ ...base, DATABASE_PREPARE: 'false' }).outbox), { idle: 'exit', wake: 'poll', wakeDefaulted: true, pollMs: 250 });
-    assert.deepEqual(pick(loadConfig({ ...base, DATABASE_PREPARE: 'false', OUTBOX_WAKE: 'notify', OUTBOX_IDLE: 'linger', OUTBOX_POLL_MS: '50' }).outbox), { idle: 'linger', wake: 'notify', wakeDefaulted: false, pollMs: 50 });
+    assert.deepEqual(pick(loadConfig(base).outbox), { idle: 'exit', wake: 'notify', pollMs: 250 });
+    assert.deepEqual(pick(loadConfig({ ...base, DATABASE_PREPARE: 'false', OUTBOX_IDLE: 'linger', OUTBOX_POLL_MS: '50' }).outbox), { idle: 'linger', wake: 'poll', pollMs: 50 });
     assert.throws(() => loadConfig({ ...base, OUTBOX_IDLE: 'sleep', OUTBOX_POLL_MS: '5' }), /OUTBOX_IDLE="sleep" is not one of exit, linger[\s\S]*OUTBOX_POLL_MS=5 is out of range/);
     function pick(o: ReturnType<typeof loadConfig>['outbox']) {
-      return { idle: o.idle, wake: o.wake, wakeDefaulted: o.wakeDefaulted, pollMs: o.pollMs };
+      return { idle: o.idle, wake: o.wake, pollMs: o.pollMs };
     }
+  });
+
+  it('G8: a removed setting still set is refused, saying it was removed and what took its place; empty is unset', () => {
+    assert.deepEqual(problems({ ...base, OUTBOX_MAX_REQUEST_BYTES: '2048', OUTBOX_WAKE: 'poll' }), [
+      `OUTBOX_MAX_REQUEST_BYTES was removed: a send carries at most 1 MiB of records (the Java producer's max.request.size) and at most the topic's limit; ` +
+        'a larger message that the topic takes still goes, alone. Unset it; to bound messages, set OUTBOX_MAX_MESSAGE_BYTES',
+      'OUTBOX_WAKE was removed: a lingering invocation polls when a pooler sits in between (DATABASE_PREPARE=false, or one found at connect) and LISTENs ' +
+        'otherwise. Unset it; behind PgBouncer or RDS Proxy set DATABASE_PREPARE=false',
+    ]);
+    // serverless.yml's parameters of a stage that predates the removal pass '' for them
+    assert.doesNotThrow(() => loadConfig({ ...base, OUTBOX_MAX_REQUEST_BYTES: '', OUTBOX_WAKE: ' ' }));
   });
 
   it('reads every knob', () => {
@@ -108,7 +118,6 @@ describe('loadConfig: every variable, its default and its bounds', () => {
     assert.equal(c.kafka.sslRejectUnauthorized, true);
     assert.equal(c.kafka.clientId, 'outbox-relay');
     assert.equal(c.kafka.compression, 'none');
-    assert.equal(c.kafka.maxRequestBytes, 1_048_576);
     assert.equal(c.outbox.maxAttempts, 10);
     assert.equal(c.outbox.backoffBaseMs, 1_000);
     assert.equal(c.outbox.backoffMaxMs, 300_000);
@@ -129,7 +138,6 @@ describe('loadConfig: every variable, its default and its bounds', () => {
       KAFKA_SSL_REJECT_UNAUTHORIZED: 'false',
       OUTBOX_COMPRESSION: 'gzip',
       OUTBOX_KAFKA_CLIENT: 'Platformatic',
-      OUTBOX_MAX_REQUEST_BYTES: '2048',
       OUTBOX_SAFETY_MARGIN_MS: '1500',
       OUTBOX_MAX_ATTEMPTS: '3',
       OUTBOX_BACKOFF_BASE_MS: '10',
@@ -147,7 +155,6 @@ describe('loadConfig: every variable, its default and its bounds', () => {
     assert.equal(c.kafka.sslRejectUnauthorized, false);
     assert.equal(c.kafka.compression, 'gzip');
     assert.equal(c.kafka.client, 'platformatic');
-    assert.equal(c.kafka.maxRequestBytes, 2_048);
     assert.equal(c.outbox.safetyMarginMs, 1_500);
     assert.equal(c.outbox.maxAttempts, 3);
     assert.equal(c.outbox.backoffBaseMs, 10);
@@ -184,7 +191,7 @@ describe('loadConfig: every variable, its default and its bounds', () => {
     assert.equal(loadConfig({ ...base, OUTBOX_BATCH_SIZE: '1' }).outbox.batchSize, 1);
     assert.equal(loadConfig({ ...base, OUTBOX_BATCH_SIZE: '10000' }).outbox.batchSize, 10_000);
     assert.deepEqual(problems({ ...base, OUTBOX_BATCH_SIZE: '10001' }), ['OUTBOX_BATCH_SIZE=10001 is out of range; expected an integer between 1 and 10000 (default 500)']);
-    assert.deepEqual(problems({ ...base, OUTBOX_MAX_REQUEST_BYTES: '1023' }), ['OUTBOX_MAX_REQUEST_BYTES=1023 is out of range; expected an integer between 1024 and 100000000 (default 1048576)']);
+    assert.deepEqual(problems({ ...base, OUTBOX_POLL_MS: '60001' }), ['OUTBOX_POLL_MS=60001 is out of range; expected an integer between 10 and 60000 (default 250)']);
   });
 
   it('G8: one-of settings name the allowed values and the default', () => {
