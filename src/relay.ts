@@ -19,7 +19,7 @@ import { publishBatch } from './loop/publish-batch.ts';
 import { Retention } from './loop/retention.ts';
 import type { BatchTransaction, ClaimedRow, PublishOutcome, Publisher, Store } from './loop/ports.ts';
 import { finish, newSummary, timed, type StopReason, type Summary } from './loop/summary.ts';
-import { clearStaleWaiting, markWaiting } from './loop/waiting-marks.ts';
+import { clearStaleMarks, markWaiting } from './loop/waiting-marks.ts';
 import { TEST_HOOKS } from './test-hooks.ts';
 
 export type { StopReason, Summary };
@@ -42,9 +42,9 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
   const windows = { sentMs: retainSentMs, skippedMs: retainSkippedMs };
   const retains = retainSentMs > 0 || retainSkippedMs > 0;
   const retention = retains ? new Retention(deps.store, windows, deps.logger) : undefined;
-  // the waiting marks: stale ones cleared before the first claim, new rows marked
+  // the waiting marks: stale marks cleared before the first claim, new rows marked waiting
   // alongside the loop; neither fails the invocation
-  const blocked = await clearStaleWaiting(deps.store, deps.logger, deadline);
+  const blocked = await clearStaleMarks(deps.store, deps.logger, deadline);
   const pruning = retention?.run(deadline) ?? Promise.resolve(0);
   const tidying = blocked ? markWaiting(deps.store, deps.logger, deadline) : Promise.resolve();
   try {
@@ -65,16 +65,15 @@ class Invocation {
   private readonly budget: BatchBudget;
   private readonly commits = new CommitChain();
   /**
-   * Aggregates found waiting behind a row this invocation cannot take (a transaction other than a
-   * relay's holds it; not due or parked by hand; a stale waiting mark): left out of this
+   * Aggregates held back behind an unclaimable row (ClaimedRow.behindUnclaimable): left out of this
    * invocation's later claims so they neither fill every batch nor are claimed again and again;
    * the next invocation looks at them again.
    */
-  private readonly stuckAggregates = new Set<string>();
+  private readonly aggregatesBehindUnclaimable = new Set<string>();
   /** Topics the broker refused as a whole (deleted, unknown, forbidden): not claimed again in this invocation. */
   private readonly backedOffTopics = new Set<string>();
   private readonly heldBackRows = new Set<string>();
-  /** clearStaleMarks ran in this invocation */
+  /** clearStaleMarksOnce ran in this invocation */
   private staleMarksCleared = false;
   /** the batch whose transaction is open, rolled back if the invocation fails */
   private inHand: Batch | undefined;
@@ -82,7 +81,7 @@ class Invocation {
   /** linger mode only: waits for new rows once nothing is left to claim */
   private readonly idle: Idle | undefined;
   /** the latest claim: when it started, the notifications it had seen, whether a pending row is news (Idle.wait) */
-  private lastClaim = { at: 0, seen: 0, anyRowWakes: false, claimAgain: false, recheck: false };
+  private lastClaim = { at: 0, seen: 0, anyRowWakes: false, claimOnceMore: false, recheck: false };
 
   constructor(
     private readonly deps: RelayDeps,
@@ -125,7 +124,7 @@ class Invocation {
     if (!this.idle || !LINGERS_AFTER.has(this.summary.stoppedBecause)) return undefined;
     // the last COMMIT's answer first: a failed one fails the invocation now, not when it ends
     await timed(this.summary, 'commit', this.commits.answered());
-    if (this.lastClaim.claimAgain && this.budget.fits()) {
+    if (this.lastClaim.claimOnceMore && this.budget.fits()) {
       // see stopOnEmptyClaim: once, right away (like the loop's own claim once more, not a wake-up)
       const again = this.claim();
       this.lastClaim.recheck = true;
@@ -135,8 +134,8 @@ class Invocation {
     const woke = await timed(this.summary, 'idle', waited);
     if (!woke) return undefined;
     this.summary.wakeups[woke]++;
-    // aggregates found behind an application's lock are looked at again now and then, not only by the next invocation
-    if (woke === 'reclaim') this.stuckAggregates.clear();
+    // aggregates behind unclaimable rows are looked at again now and then, not only by the next invocation
+    if (woke === 'reclaim') this.aggregatesBehindUnclaimable.clear();
     return timed(this.summary, 'claim', this.claim());
   }
 
@@ -176,11 +175,11 @@ class Invocation {
         continue;
       }
       this.heldBackRows.add(r.seq);
-      if (r.waitsOnForeignLock && !this.stuckAggregates.has(r.aggregateid)) {
+      if (r.behindUnclaimable && !this.aggregatesBehindUnclaimable.has(r.aggregateid)) {
         const { aggregateid, seq, first_gap: waitsFor } = r;
-        const message = 'aggregate held back behind a row this invocation cannot take';
+        const message = 'aggregate held back behind an unclaimable row';
         this.deps.logger.debug(message, { aggregateid, seq, waitsFor });
-        this.stuckAggregates.add(r.aggregateid);
+        this.aggregatesBehindUnclaimable.add(r.aggregateid);
       }
     }
     this.summary.heldBack = this.heldBackRows.size;
@@ -189,7 +188,7 @@ class Invocation {
 
   private async stopOnEmptyClaim(batch: Batch): Promise<undefined> {
     await this.release(batch);
-    if (this.stuckAggregates.size > 0) return this.stop('behind-foreign-locks');
+    if (this.aggregatesBehindUnclaimable.size > 0) return this.stop('behind-unclaimable-rows');
     if (this.backedOffTopics.size > 0) return this.stop('topics-backed-off');
     const why = await this.deps.store.nothingClaimable(this.deadline);
     this.lastClaim.anyRowWakes = why === 'empty';
@@ -197,35 +196,35 @@ class Invocation {
     // or they committed after the claim's snapshot; a poll's first probe would take the latter for
     // old rows, and they would wait for RECLAIM_MS (a NOTIFY has no such gap: it comes after the
     // claim started). So a polling linger claims once more, right away, and then waits.
-    this.lastClaim.claimAgain = why === 'locked' && !this.lastClaim.recheck && this.idle?.polling === true;
+    this.lastClaim.claimOnceMore = why === 'locked' && !this.lastClaim.recheck && this.idle?.polling === true;
     return this.stop(why);
   }
 
   /**
-   * Everything claimed waits: behind rows that are next in line now (the next claim starts with
-   * them), or behind foreign locks (those aggregates are now left out). Claim again, once the
+   * Everything claimed is held back: behind rows that are next in line now (the next claim starts
+   * with them), or behind unclaimable rows (those aggregates are now left out). Claim again, once the
    * last COMMIT has landed: rows may have waited behind that batch.
    */
   private async claimAgain(batch: Batch): Promise<Batch | undefined> {
     await this.release(batch);
     if (!this.budget.fits()) return this.stop('budget');
-    await this.clearStaleMarks(batch);
+    await this.clearStaleMarksOnce(batch);
     await timed(this.summary, 'commit', this.commits.answered());
     return timed(this.summary, 'claim', this.claim());
   }
 
   /**
-   * Rows held back only behind stale waiting marks (their blocking row went in a way that did not
+   * Rows held back only behind stale marks (their blocking row went in a way that did not
    * clear them: two removals at once, triggers disabled): clear every stale mark, once per
    * invocation, and let those aggregates be claimed again. Any mark still stale after that keeps
    * its aggregate out until the next invocation, so the loop cannot claim behind it again and again.
    */
-  private async clearStaleMarks(batch: Batch): Promise<void> {
-    const stale = batch.rows.filter((r) => r.waitsOnStaleMark).map((r) => r.aggregateid);
+  private async clearStaleMarksOnce(batch: Batch): Promise<void> {
+    const stale = batch.rows.filter((r) => r.behindStaleMark).map((r) => r.aggregateid);
     if (stale.length === 0 || this.staleMarksCleared) return;
     this.staleMarksCleared = true;
-    await clearStaleWaiting(this.deps.store, this.deps.logger, this.deadline);
-    for (const a of stale) this.stuckAggregates.delete(a);
+    await clearStaleMarks(this.deps.store, this.deps.logger, this.deadline);
+    for (const a of stale) this.aggregatesBehindUnclaimable.delete(a);
   }
 
   /**
@@ -309,11 +308,11 @@ class Invocation {
     const startedAt = Date.now();
     this.summary.claims++;
     const seen = this.idle?.seen() ?? 0;
-    this.lastClaim = { at: startedAt, seen, anyRowWakes: false, claimAgain: false, recheck: false };
+    this.lastClaim = { at: startedAt, seen, anyRowWakes: false, claimOnceMore: false, recheck: false };
     const tx = await this.deps.store.begin(this.deadline, after);
     try {
       const rows = await tx.claim(this.deps.config.batchSize, {
-        aggregates: [...this.stuckAggregates],
+        aggregates: [...this.aggregatesBehindUnclaimable],
         inFlight,
         topics: [...this.backedOffTopics],
         topicTemplate: this.deps.config.topicTemplate,
@@ -363,6 +362,6 @@ const LINGERS_AFTER: ReadonlySet<StopReason> = new Set([
   'empty',
   'behind-failed-rows',
   'locked',
-  'behind-foreign-locks',
+  'behind-unclaimable-rows',
   'topics-backed-off',
 ]);

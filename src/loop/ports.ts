@@ -14,23 +14,23 @@ import type { Failure } from './settlement.ts';
 export type PruneTarget = 'sent' | 'legacy-sent' | 'skipped';
 
 export interface ClaimedRow extends OutboxRow {
-  /** false: an earlier unsent row of its aggregate is outside this claim, so this one waits (G4) */
+  /** false: an earlier unsent row of its aggregate is outside this claim, so this one is held back (G4) */
   publishable: boolean;
   /** the unsent row of this aggregate, not in the claim, that holds this one back */
   first_gap?: string | null;
   /**
-   * held back behind a row this invocation cannot take now: locked by a transaction that is not a
-   * relay's, not due or parked by hand, or marked waiting (see heldGapsSql); its aggregate is left
-   * out of the invocation's later claims, so the loop never claims it again and again
+   * held back behind an unclaimable row, one this invocation cannot take now: locked by a
+   * transaction that is not a relay's (a foreign lock), not due or parked by hand, or marked waiting
+   * (heldGapsSql); its aggregate is left out of the invocation's later claims (docs/order-guard.md)
    */
-  waitsOnForeignLock?: boolean;
-  /** of those, behind a row whose waiting mark is stale: clearing the marks frees it (Store.clearStaleWaiting) */
-  waitsOnStaleMark?: boolean;
+  behindUnclaimable?: boolean;
+  /** of those, behind a stale mark: clearing the stale marks frees it (Store.clearStaleMarks) */
+  behindStaleMark?: boolean;
 }
 
 /** What a claim leaves out, besides rows others hold. */
 export interface ClaimFilter {
-  /** aggregates this invocation found stuck behind a row it cannot take (ClaimedRow.waitsOnForeignLock) */
+  /** aggregates this invocation found held back behind an unclaimable row (ClaimedRow.behindUnclaimable) */
   aggregates: string[];
   /** the rows of this invocation's batch in flight: theirs is no gap (they are other aggregates) */
   inFlight: string[];
@@ -78,8 +78,8 @@ export interface Store {
   /** Open a batch transaction; `after`: a transaction whose COMMIT is on the wire, to follow on its connection. */
   begin(deadline: Deadline, after?: BatchTransaction): Promise<BatchTransaction>;
   nothingClaimable(deadline: Deadline): Promise<NothingClaimable>;
-  /** Before the first claim: clear stale waiting marks; `blocked`: markWaiting has work (OutboxStore). */
-  clearStaleWaiting(deadline: Deadline): Promise<{ cleared: number; blocked: boolean }>;
+  /** Before the first claim: clear stale marks; `blocked`: markWaiting has work (OutboxStore). */
+  clearStaleMarks(deadline: Deadline): Promise<{ cleared: number; blocked: boolean }>;
   /** Alongside the loop: mark the rows written behind blocking rows since the last pass (OutboxStore). */
   markWaiting(deadline: Deadline): Promise<number>;
   /** The highest seq among pending rows, null when none: a lingering invocation's cheap probe for new rows. */

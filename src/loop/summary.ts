@@ -5,7 +5,7 @@ export type StopReason =
   | 'empty' // nothing left to send: no pending row (parked rows may remain; `status` lists them)
   | 'behind-failed-rows' // every pending row is backing off, or waits behind a backing-off or parked row of its aggregate
   | 'locked' // claimable rows exist, but other transactions hold them: other invocations, usually
-  | 'behind-foreign-locks' // what is left waits behind rows this invocation cannot take: held by a transaction that is not a relay's, or set not due or parked by hand
+  | 'behind-unclaimable-rows' // what is left is held back behind unclaimable rows (ClaimedRow.behindUnclaimable)
   | 'topics-backed-off' // what is left is bound for topics the broker refused in this invocation
   | 'budget' // not enough time left for another batch
   | 'broker-unavailable'
@@ -17,7 +17,7 @@ export interface Summary {
   published: number;
   retried: number;
   parked: number;
-  /** distinct rows that had to wait behind an earlier row of their aggregate that this invocation could not take */
+  /** distinct rows held back behind an earlier row of their aggregate that was not in their claim */
   heldBack: number;
   batches: number;
   /** claim statements run: batches, plus claims that found nothing to publish (bounded by the work done, never a loop) */

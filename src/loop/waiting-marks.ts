@@ -5,14 +5,14 @@ import type { Deadline } from '../budget.ts';
 import type { Logger } from '../log.ts';
 import type { Store } from './ports.ts';
 
-/** Clear the stale waiting marks; true when some aggregate is blocked (markWaiting has work). */
-export async function clearStaleWaiting(store: Store, logger: Logger, deadline: Deadline): Promise<boolean> {
+/** Clear the stale marks; true when some aggregate is blocked (markWaiting has work). */
+export async function clearStaleMarks(store: Store, logger: Logger, deadline: Deadline): Promise<boolean> {
   try {
-    const { cleared, blocked } = await store.clearStaleWaiting(deadline);
-    if (cleared) logger.info('waiting marks cleared: their aggregates are no longer blocked', { cleared });
+    const { cleared, blocked } = await store.clearStaleMarks(deadline);
+    if (cleared) logger.info('stale marks cleared: their aggregates are no longer blocked', { cleared });
     return blocked;
   } catch (err) {
-    logger.warn('clearing stale waiting marks failed; those rows wait for the next invocation (order is kept)', {
+    logger.warn('clearing stale marks failed; the rows behind them are held back until the next invocation (order is kept)', {
       error: err,
     });
     return false;

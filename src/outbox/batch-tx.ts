@@ -91,18 +91,18 @@ export class BatchTx implements BatchTransaction {
     // seq order is the publishing order within an aggregate (G4); the claim leaves it to us
     rows.sort(bySeq);
     for (const r of rows) this.claimed.set(r.seq, { aggregateid: r.aggregateid, retried: r.attempts > 0 });
-    const waiting = rows.filter((r) => !r.publishable);
-    if (waiting.length === 0) return rows;
-    const gaps = [...new Set(waiting.map((r) => r.first_gap!))];
+    const heldBack = rows.filter((r) => !r.publishable);
+    if (heldBack.length === 0) return rows;
+    const gaps = [...new Set(heldBack.map((r) => r.first_gap!))];
     type Held = { seq: string; why: 'locked' | 'waiting' | 'parked' | 'not-due' | null };
     const heldSql = q.heldGapsSql(this.statements.table);
     const held = await this.send<Held[]>('checking held-back rows', heldSql, [gaps], false);
     const why = new Map(held.map((g) => [g.seq, g.why]));
-    for (const r of waiting) {
+    for (const r of heldBack) {
       const because = why.get(r.first_gap!);
-      // a gap row that cannot be claimed now: its aggregate is left out (heldGapsSql)
-      r.waitsOnForeignLock = because != null;
-      r.waitsOnStaleMark = because === 'waiting';
+      // an unclaimable gap row: its aggregate is left out (heldGapsSql)
+      r.behindUnclaimable = because != null;
+      r.behindStaleMark = because === 'waiting';
     }
     return rows;
   }

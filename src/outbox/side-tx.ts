@@ -34,7 +34,7 @@ export class SideTransactions {
    * Before the first claim: clear the waiting marks nothing justifies any more (docs/order-guard.md);
    * usually one probe and no transaction. `blocked`: markWaiting() has work.
    */
-  async clearStaleWaiting(deadline: Deadline): Promise<{ cleared: number; blocked: boolean }> {
+  async clearStaleMarks(deadline: Deadline): Promise<{ cleared: number; blocked: boolean }> {
     const { waitingWorkText, unwaitText, prepared } = this.statements;
     type Work = { waiting: boolean; blocked: boolean };
     const [work] = await this.client.bounded(
@@ -45,7 +45,7 @@ export class SideTransactions {
     if (!work?.waiting) return { cleared: 0, blocked: work?.blocked ?? false };
     const cleared = await this.tidy(
       deadline,
-      async (tx) => (await tx.query('clearing stale waiting marks', unwaitText, [null])).count,
+      async (tx) => (await tx.query('clearing stale marks', unwaitText, [null])).count,
     );
     return { cleared, blocked: work.blocked };
   }

@@ -604,7 +604,7 @@ WHERE w.aggregateid = f.aggregateid AND w.waiting AND w.sent_at IS NULL AND w.sk
   AND (f.first_blocked IS NULL OR w.seq < f.first_blocked OR w.attempts > 0)`;
 }
 
-/** Does a row wait, is an aggregate blocked? One probe each of the waiting and retry indexes (OutboxStore.clearStaleWaiting). */
+/** Does a row wait, is an aggregate blocked? One probe each of the waiting and retry indexes (OutboxStore.clearStaleMarks). */
 export function waitingWorkSql(t: string, policy: ParkedPolicy): string {
   return `
 SELECT (SELECT true FROM ${t}

@@ -159,8 +159,8 @@ export class OutboxStore implements Store, BatchStatements, SideStatements {
     return this.side.pruneChunk(what, retainMs, limit, deadline);
   }
 
-  clearStaleWaiting(deadline: Deadline): Promise<{ cleared: number; blocked: boolean }> {
-    return this.side.clearStaleWaiting(deadline);
+  clearStaleMarks(deadline: Deadline): Promise<{ cleared: number; blocked: boolean }> {
+    return this.side.clearStaleMarks(deadline);
   }
 
   markWaiting(deadline: Deadline): Promise<number> {

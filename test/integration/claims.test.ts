@@ -34,7 +34,7 @@ describe('G4/G5: claims bounded by the work done', () => {
     const s = await invokeOk({ ...f.env, OUTBOX_BATCH_SIZE: '10' }, 8_000);
     assert.equal(s.published, 5, JSON.stringify(s));
     assert.equal(s.heldBack, 1, 'X2 waits behind X1');
-    assert.equal(s.stoppedBecause, 'behind-foreign-locks', 'stopped because what is left cannot be taken now, not because the budget ran out');
+    assert.equal(s.stoppedBecause, 'behind-unclaimable-rows', 'stopped because what is left cannot be taken now, not because the budget ran out');
     // the batch, the claim that found only X2 (held back, X left out), the empty claim
     assert.ok(s.claims <= 3, `claims: ${String(s.claims)}`);
     const msgs = await consumeAll([f.topic('order')], 5);
@@ -56,7 +56,7 @@ describe('G4/G5: claims bounded by the work done', () => {
       locker.release();
     }
     assert.equal(s.published, 0, JSON.stringify(s));
-    assert.equal(s.stoppedBecause, 'behind-foreign-locks');
+    assert.equal(s.stoppedBecause, 'behind-unclaimable-rows');
     assert.ok(s.claims <= 3, `claims: ${String(s.claims)}`);
     const next = await invokeOk(f.env);
     assert.equal(next.published, 3, JSON.stringify(next));
@@ -98,7 +98,7 @@ describe('G4: waiting marks that cannot strand a row or be passed', () => {
     const byType = new Map(rows.map((r) => [r.type, r]));
     assert.equal(byType.get('Y1')?.publishable, true);
     assert.equal(byType.get('N')?.publishable, false, 'N must not pass the waiting W1, W2');
-    assert.equal(byType.get('N')?.waitsOnStaleMark, true, 'and it is known to wait on a stale mark');
+    assert.equal(byType.get('N')?.behindStaleMark, true, 'and it is known to wait on a stale mark');
   });
 
   it('stale marks met mid-invocation (set after its sweep before the first claim): the loop clears them once and delivers the aggregate in order, in the same invocation, with a bounded number of claims', async () => {
@@ -109,7 +109,7 @@ describe('G4: waiting marks that cannot strand a row or be passed', () => {
     // first call finds nothing, later ones are the store's own
     let sweeps = 0;
     const late: Store = Object.assign(Object.create(store) as OutboxStore, {
-      clearStaleWaiting: (d: Deadline) => (sweeps++ === 0 ? Promise.resolve({ cleared: 0, blocked: false }) : store.clearStaleWaiting(d)),
+      clearStaleMarks: (d: Deadline) => (sweeps++ === 0 ? Promise.resolve({ cleared: 0, blocked: false }) : store.clearStaleMarks(d)),
     });
     const published: string[] = [];
     const publisher: Publisher = {

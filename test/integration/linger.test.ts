@@ -205,7 +205,7 @@ describe('linger mode', () => {
       const summary = await rt.invoke(2_500);
       const tookMs = Date.now() - t0;
       assert.equal(summary.published, 0, JSON.stringify(summary));
-      assert.equal(summary.stoppedBecause, 'behind-foreign-locks');
+      assert.equal(summary.stoppedBecause, 'behind-unclaimable-rows');
       assert.deepEqual(summary.wakeups, { notified: 0, probe: 0, reclaim: 0 }, 'no row came: nothing woke the wait');
       // the claim that took the second row (held back) and the claim without its aggregate
       assert.ok(summary.claims <= 3, `${summary.claims} claims`);

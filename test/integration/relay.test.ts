@@ -199,7 +199,7 @@ describe('under concurrency', () => {
       // a claim whose rows are all held back is not an empty queue
       const again = await runCli(['invoke', '--timeout', '15000'], f.env);
       assert.equal(again.summary?.published, 0);
-      assert.equal(again.summary?.stoppedBecause, 'behind-foreign-locks');
+      assert.equal(again.summary?.stoppedBecause, 'behind-unclaimable-rows');
     } finally {
       await locker`ROLLBACK`;
       locker.release();

@@ -372,8 +372,8 @@ class CountingStore implements Store {
   nothingClaimable(deadline: Deadline): Promise<NothingClaimable> {
     return this.inner.nothingClaimable(deadline);
   }
-  clearStaleWaiting(deadline: Deadline): Promise<{ cleared: number; blocked: boolean }> {
-    return this.inner.clearStaleWaiting(deadline);
+  clearStaleMarks(deadline: Deadline): Promise<{ cleared: number; blocked: boolean }> {
+    return this.inner.clearStaleMarks(deadline);
   }
   markWaiting(deadline: Deadline): Promise<number> {
     return this.inner.markWaiting(deadline);
