@@ -3,7 +3,7 @@
 /** Why an invocation ended. The last two fail the invocation (Lambda's Errors metric sees them). */
 export type StopReason =
   | 'empty' // nothing left to send: no pending row (parked rows may remain; `status` lists them)
-  | 'behind-failed-rows' // every pending row is backing off, or waits behind a backing-off or parked row of its aggregate
+  | 'behind-failed-rows' // every pending row is backing off, or is held back behind a backing-off or parked row of its aggregate
   | 'locked' // claimable rows exist, but other transactions hold them: other invocations, usually
   | 'behind-unclaimable-rows' // what is left is held back behind unclaimable rows (ClaimedRow.behindUnclaimable)
   | 'topics-backed-off' // what is left is bound for topics the broker refused in this invocation
