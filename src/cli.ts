@@ -1,12 +1,14 @@
 // The outbox-relay command. The command line is parsed and checked first (cli/commands.ts), before
 // the configuration is read or anything connects. `invoke` and `schedule` go through the same
 // middy handler Lambda runs, with a Lambda-like context; the summary goes to stdout as JSON, logs
-// to stderr. Text for humans is escaped (cli/output.ts, cli/printable.ts).
+// to stderr. Text for humans is escaped (cli/output.ts, cli/printable.ts), and so is what JSON
+// leaves raw that a terminal acts on (jsonText).
 import { randomUUID } from 'node:crypto';
 import type { Context, ScheduledEvent } from 'aws-lambda';
 import { Deadline } from './budget.ts';
 import { parseCommand, UsageError, type Command } from './cli/commands.ts';
 import { operatorReport, parkedListText, statusText } from './cli/output.ts';
+import { jsonText } from './cli/printable.ts';
 import { closeRuntime, getRuntime, handler } from './handler.ts';
 import { ConfigError, RelayError } from './errors.ts';
 import { migrate } from './outbox/migrate.ts';
@@ -73,7 +75,7 @@ async function schedule(everyMs: number, timeoutMs: number, max: number | undefi
     fired++;
     // overlapping invocations are allowed, as with EventBridge: row locks keep them apart
     const p = invokeOnce(timeoutMs)
-      .then((summary) => process.stdout.write(JSON.stringify(summary) + '\n'))
+      .then((summary) => process.stdout.write(jsonText(summary) + '\n'))
       .catch((err: unknown) => rt.logger.error('invocation failed', { error: err }))
       .finally(() => running.delete(p));
     running.add(p);
@@ -97,12 +99,12 @@ export async function main(command: Command): Promise<number> {
       const result = await migrate(sql, rt.config.outbox.table).catch((e: unknown) => {
         throw wrapDbError(e, 'migrating');
       });
-      process.stdout.write(JSON.stringify(result) + '\n');
+      process.stdout.write(jsonText(result) + '\n');
       return 0;
     }
     case 'invoke': {
       const summary = await invokeOnce(command.timeoutMs);
-      process.stdout.write(JSON.stringify(summary) + '\n');
+      process.stdout.write(jsonText(summary) + '\n');
       return 0;
     }
     case 'schedule':
@@ -115,7 +117,7 @@ export async function main(command: Command): Promise<number> {
       const rows = await listParked(await rt.database(), rt.config.outbox.table, command.limit).catch((e: unknown) => {
         throw wrapDbError(e, 'listing parked rows');
       });
-      process.stdout.write(command.json ? JSON.stringify(rows) + '\n' : parkedListText(rows));
+      process.stdout.write(command.json ? jsonText(rows) + '\n' : parkedListText(rows));
       return 0;
     }
     case 'parked retry':
@@ -130,7 +132,7 @@ async function statusCommand(json: boolean, timeoutMs: number): Promise<number> 
   const s = await status(await rt.database(false, deadline), rt.config.outbox.table, rt.config.outbox.topicTemplate, deadline).catch((e: unknown) => {
     throw wrapDbError(e, 'reading status');
   });
-  process.stdout.write(json ? JSON.stringify(s) + '\n' : statusText(s));
+  process.stdout.write(json ? jsonText(s) + '\n' : statusText(s));
   return 0;
 }
 
@@ -151,7 +153,7 @@ async function operatorCommand(command: Extract<Command, { name: 'parked retry' 
   const report = operatorReport(action, command, result);
   // the audit trail's log line: the same fields as the JSON, and the command and table
   rt.logger[report.code ? 'warn' : 'info'](command.dryRun ? `${command.name} --dry-run: nothing changed` : `${command.name}: done`, { command: command.name, table: qualified(table), ...report.json });
-  process.stdout.write(JSON.stringify(report.json) + '\n');
+  process.stdout.write(jsonText(report.json) + '\n');
   process.stderr.write(report.text);
   return report.code;
 }
@@ -171,7 +173,7 @@ async function run(): Promise<void> {
       code = 2;
     } else {
       const summary = (err as { summary?: Summary }).summary;
-      if (summary) process.stdout.write(JSON.stringify(summary) + '\n');
+      if (summary) process.stdout.write(jsonText(summary) + '\n');
       const kind = err instanceof RelayError ? err.name : 'error';
       const cause = (err as { cause?: unknown }).cause;
       const causeText = cause instanceof Error && !(err as Error).message.includes(cause.message) ? `\n  cause: ${cause.message}` : '';

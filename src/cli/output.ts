@@ -1,7 +1,7 @@
 // What the operator commands print. Text for a human passes every value that came from the
 // database through printable() (a row's error, key, type or topic cannot forge a line or drive
-// the terminal); JSON is printed as JSON, whose encoder escapes what it must. Pure: the unit tests
-// call these.
+// the terminal); JSON is printed by jsonText, which escapes what a terminal acts on. Pure: the unit
+// tests call these.
 import type { NotActedOn, OperatorResult, ParkedRow, Status } from '../outbox/admin.ts';
 import { printable } from './printable.ts';
 

@@ -3,8 +3,8 @@
 // and a broker's error message is copied into last_error: printed raw, a newline could forge a
 // line of `parked list`, a carriage return overwrite one, and an ESC sequence drive the operator's
 // terminal (move the cursor, rewrite the title, hide text). So every character that is not plainly
-// visible is escaped, in a form that says which one it was; JSON output needs none of this (its
-// encoder escapes control characters itself, and a JSON reader never interprets them).
+// visible is escaped, in a form that says which one it was. JSON output goes to terminals too, and
+// JSON.stringify escapes only C0 controls: jsonText escapes the rest a terminal acts on.
 
 /**
  * Escaped: the backslash itself (so an escape in the output always means one in the text), the
@@ -31,4 +31,19 @@ function escapeCode(cp: number): string {
   if (cp <= 0xff) return `\\x${cp.toString(16).padStart(2, '0')}`;
   if (cp <= 0xffff) return `\\u${cp.toString(16).padStart(4, '0')}`;
   return `\\u{${cp.toString(16)}}`;
+}
+
+/**
+ * Left raw by JSON.stringify and acted on by terminals: DEL and the C1 controls (U+009B is a
+ * single-byte CSI on many), the bidi marks, embeddings, overrides and isolates (they reorder what
+ * is shown), and the line and paragraph separators.
+ */
+const JSON_UNSAFE = /[\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]/g;
+
+/**
+ * The value as JSON text, those characters written as \uXXXX escapes: the same JSON to a parser
+ * (they can only occur inside strings, where the escape means the character), nothing for a terminal.
+ */
+export function jsonText(value: unknown): string {
+  return JSON.stringify(value).replace(JSON_UNSAFE, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 }

@@ -219,12 +219,13 @@ describe('the command line is checked before anything connects', () => {
 });
 
 describe('what a row carries is printed escaped', () => {
-  it('parked list and status as text: line breaks and escape sequences in a row\'s error, key, type and topic print escaped, a row on its own lines; --json gives them back as they are', async () => {
+  it('parked list and status as text: line breaks and escape sequences in a row\'s error, key, type and topic print escaped, a row on its own lines; --json gives them back as they are, C1 and bidi controls as \\u escapes', async () => {
     const f = await fixture(sql, 'escape');
     const evil = { aggregateid: 'K\r\x1b[1A', type: 'T\u2028x', topic: `${f.prefix}.t\n  fake.topic  pending 99\x1b[2J` };
     const [id] = await insertEvents(sql, f.table, [evil]);
     // parked by hand, with an error such as a broker's message (or anyone with UPDATE) could carry
-    const error = 'boom\nfake-row  seq 1  order/x T  attempts 1\n\x1b]0;pwned\x07';
+    // \x9b: a single-byte CSI; \u202e: a right-to-left override (JSON.stringify leaves both raw)
+    const error = 'boom\nfake-row  seq 1  order/x T  attempts 1\n\x1b]0;pwned\x07 \x9b2J \u202egnp.exe';
     await sql.unsafe(`UPDATE ${t(f.table)} SET attempts = 3, parked_at = now(), last_error = $1 WHERE id = $2`, [error, id!]);
 
     const cli = async (...args: string[]) => {
@@ -235,11 +236,13 @@ describe('what a row carries is printed escaped', () => {
     const [list, listJson, statusOut, statusJson] = await Promise.all([cli('parked', 'list'), cli('parked', 'list', '--json'), cli('status'), cli('status', '--json')]);
     assert.equal(list.split('\n').length, 3, `one row, two lines:\n${list}`);
     assert.ok(list.includes('/K\\r\\x1b[1A T\\u2028x  attempts 3'), list);
-    assert.ok(list.includes('    boom\\nfake-row  seq 1  order/x T  attempts 1\\n\\x1b]0;pwned\\x07\n'), list);
+    assert.ok(list.includes('    boom\\nfake-row  seq 1  order/x T  attempts 1\\n\\x1b]0;pwned\\x07 \\x9b2J \\u202egnp.exe\n'), list);
     assert.equal(statusOut.split('\n').length, 3, `the totals and one topic:\n${statusOut}`);
     assert.ok(statusOut.includes('.t\\n  fake.topic  pending 99\\x1b[2J '), statusOut);
     for (const out of [list, statusOut]) for (const raw of ['\x1b', '\r', '\u2028']) assert.ok(!out.includes(raw), `${JSON.stringify(raw)} printed raw:\n${out}`);
 
+    for (const out of [listJson, statusJson]) assert.ok(!/[\x80-\x9f\u202a-\u202e\u2066-\u2069]/.test(out), `a C1 or bidi control printed raw:\n${out}`);
+    assert.ok(listJson.includes('\\u009b2J \\u202egnp.exe'), listJson);
     const [row] = JSON.parse(listJson) as Array<{ aggregateid: string; type: string; last_error: string }>;
     assert.deepEqual([row!.aggregateid, row!.type, row!.last_error], [evil.aggregateid, evil.type, error]);
     assert.deepEqual((JSON.parse(statusJson) as { topics: Array<{ topic: string }> }).topics.map((x) => x.topic), [evil.topic]);

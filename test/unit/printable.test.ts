@@ -1,12 +1,12 @@
 // Human output of the operator commands (src/cli/printable.ts, src/cli/output.ts): what a row
 // carries (its error, key, type, topic) cannot forge a line or send the terminal an escape
 // sequence, because every character that is not plainly visible is printed escaped; the JSON
-// output stays plain JSON.
+// output stays plain JSON, with what JSON.stringify leaves raw and a terminal acts on escaped.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
 import { parkedListText, statusText } from '../../src/cli/output.ts';
-import { printable, quoted } from '../../src/cli/printable.ts';
+import { jsonText, printable, quoted } from '../../src/cli/printable.ts';
 import type { ParkedRow, Status } from '../../src/outbox/admin.ts';
 
 /** printable's escapes read back, left to right (the test's own reader: the CLI never needs one) */
@@ -71,6 +71,35 @@ describe('printable', () => {
 
   it('quoted: between double quotes, its quotes escaped too', () => {
     assert.equal(quoted('a"b\n'), '"a\\"b\\n"');
+  });
+});
+
+/** what JSON.stringify leaves raw that a terminal acts on: DEL, C1, bidi marks and controls, U+2028/9 */
+const TERMINAL_ACTS_ON = /[\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]/u;
+
+/** any character, the ones a terminal acts on often */
+const someUnsafe = fc.oneof(fc.constantFrom('\x7f', '\x85', '\x9b', '\u061c', '\u200f', '\u202e', '\u2066', '\u2069', '\u2028'), fc.string({ unit: 'binary', minLength: 1, maxLength: 1 }));
+
+describe('jsonText', () => {
+  it('writes C1 controls (U+009B, a CSI) and bidi overrides and isolates as \\u escapes; the JSON parses back to the same value', () => {
+    const row = { last_error: 'x\x9b2J\x85y', aggregateid: 'a\u202Efed\u2066b\u2069', type: '\u2028\x7f', 'k\u202e': ['\u200f'] };
+    const out = jsonText(row);
+    assert.equal(out, '{"last_error":"x\\u009b2J\\u0085y","aggregateid":"a\\u202efed\\u2066b\\u2069","type":"\\u2028\\u007f","k\\u202e":["\\u200f"]}');
+    assert.deepEqual(JSON.parse(out), row);
+  });
+
+  it('whatever the strings, the output parses back to the value and holds no character a terminal acts on; other text as JSON.stringify writes it', () => {
+    fc.assert(
+      fc.property(fc.jsonValue({ maxDepth: 2 }), fc.string({ unit: someUnsafe }), (value, text) => {
+        for (const v of [value, { [text]: text }]) {
+          const out = jsonText(v);
+          assert.ok(!TERMINAL_ACTS_ON.test(out), JSON.stringify(out));
+          assert.deepEqual(JSON.parse(out), JSON.parse(JSON.stringify(v)));
+        }
+      }),
+      { numRuns: 1_000 },
+    );
+    assert.equal(jsonText({ a: 'Ünïcödé 注文 😀 "q"\n' }), JSON.stringify({ a: 'Ünïcödé 注文 😀 "q"\n' }));
   });
 });
 
