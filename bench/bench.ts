@@ -103,7 +103,6 @@ const env = {
   OUTBOX_BATCH_SIZE: String(BATCH),
   OUTBOX_RETAIN_SENT_MS: '0', OUTBOX_RETAIN_SKIPPED_MS: '0',
   OUTBOX_LOG_LEVEL: 'warn',
-  OUTBOX_SAFETY_MARGIN_MS: '0',
 };
 let run = Date.now().toString(36);
 const sql = postgres(env.DATABASE_URL, { max: 4, onnotice: () => undefined });

@@ -39,7 +39,7 @@ const { values } = parseArgs({
     seconds: { type: 'string', default: '40' },
     period: { type: 'string', default: '10' },
     timeout: { type: 'string', default: '12' },
-    margin: { type: 'string', default: '1' },
+    margin: { type: 'string', default: '1.25' },
     wake: { type: 'string', default: 'notify' },
     payload: { type: 'string', default: '1000' },
     aggregates: { type: 'string', default: '1000' },

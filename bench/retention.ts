@@ -10,7 +10,7 @@
 import { Worker } from 'node:worker_threads';
 import type kafkajs from 'kafkajs';
 import type { Sql } from 'postgres';
-import { Deadline } from '../src/budget.ts';
+import { Deadline, MIN_SAFETY_MARGIN_MS } from '../src/budget.ts';
 import { loadConfig } from '../src/config.ts';
 import type { Logger } from '../src/log.ts';
 import { parseTableName, qualified, sentTable } from '../src/outbox/identifier.ts';
@@ -65,7 +65,7 @@ export interface SustainedOptions {
 const SAMPLE_MS = 10_000;
 const ROWS_PER_TX = 500;
 /** the invocation stops this long before its period ends: 5 %, as 3 s of a 60 s Lambda timeout */
-const marginFor = (periodMs: number) => Math.round(periodMs * 0.05);
+const marginFor = (periodMs: number) => Math.max(MIN_SAFETY_MARGIN_MS, Math.round(periodMs * 0.05));
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, Math.max(0, ms)));
 const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
@@ -555,7 +555,7 @@ export async function benchBurst(ctx: RetentionBenchContext, events: number, cla
   await ctx.sql.unsafe(`ANALYZE ${t}`);
 
   // relay them all: one warm Runtime, retention off, keep mode (rows moved to the sent table)
-  const relay = runtimeFor(ctx, table, topic, 0, 0);
+  const relay = runtimeFor(ctx, table, topic, 0, MIN_SAFETY_MARGIN_MS);
   let published = 0;
   const relayStart = performance.now();
   while (published < events) {
@@ -570,7 +570,7 @@ export async function benchBurst(ctx: RetentionBenchContext, events: number, cla
   // retention with a 1 ms window, through the production path: an invocation whose loop finds
   // nothing and whose retention deletes every sent row, 5,000 per chunk
   await sleep(50);
-  const pruner = runtimeFor(ctx, table, topic, 1, 0);
+  const pruner = runtimeFor(ctx, table, topic, 1, MIN_SAFETY_MARGIN_MS);
   const pruneStart = performance.now();
   const ps = await pruner.invoke(600_000);
   const pruneMs = performance.now() - pruneStart;

@@ -39,7 +39,20 @@ export const BUDGET = {
    * statement_timeout is the time left (src/outbox/tx-settings.ts).
    */
   idleInTransactionPastDeadlineMs: 1_000,
+  /**
+   * How long the LISTEN connection of a linger may take to close (src/outbox/store.ts,
+   * watchInserts): the server must have seen it go before the container may be frozen.
+   */
+  listenCloseMs: 1_000,
 } as const;
+
+/**
+ * OUTBOX_SAFETY_MARGIN_MS's minimum (config.ts): what the worst failure runs past the deadline. A
+ * statement lost at the deadline is followed by a ROLLBACK's shortest grace (the deadline has
+ * nothing left to give it), then the LISTEN connection's close; a smaller margin lets Lambda kill
+ * the invocation before it has ended its transactions and reported the failure.
+ */
+export const MIN_SAFETY_MARGIN_MS = BUDGET.rollbackGraceMs.min + BUDGET.listenCloseMs;
 
 export class Deadline {
   constructor(

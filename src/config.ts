@@ -1,6 +1,6 @@
 // The only reader of process.env. Turns the environment into a typed, validated Config and
 // reports every problem at once, each naming the variable and the form it expects.
-import { BUDGET } from './budget.ts';
+import { BUDGET, MIN_SAFETY_MARGIN_MS } from './budget.ts';
 import {
   DEFAULT_MAX_HEADER_BYTES,
   DEFAULT_MAX_HEADERS,
@@ -298,7 +298,7 @@ function outboxConfig(read: EnvReader, prepare: boolean): Config['outbox'] {
   return {
     table,
     batchSize: read.int('OUTBOX_BATCH_SIZE', 500, 1, 10_000),
-    safetyMarginMs: read.int('OUTBOX_SAFETY_MARGIN_MS', BUDGET.safetyMarginMs, 0, 600_000),
+    safetyMarginMs: safetyMarginMs(read),
     maxAttempts: read.int('OUTBOX_MAX_ATTEMPTS', 10, 1, 1_000),
     backoffBaseMs,
     backoffMaxMs,
@@ -317,6 +317,19 @@ function outboxConfig(read: EnvReader, prepare: boolean): Config['outbox'] {
     wake: prepare ? 'notify' : 'poll',
     pollMs: read.int('OUTBOX_POLL_MS', 250, 10, 60_000),
   };
+}
+
+/** OUTBOX_SAFETY_MARGIN_MS, no smaller than what a failure runs past the deadline (MIN_SAFETY_MARGIN_MS). */
+function safetyMarginMs(read: EnvReader): number {
+  const ms = read.int('OUTBOX_SAFETY_MARGIN_MS', BUDGET.safetyMarginMs, 0, 600_000);
+  if (ms < MIN_SAFETY_MARGIN_MS) {
+    read.problems.push(
+      `OUTBOX_SAFETY_MARGIN_MS=${ms} is below its minimum of ${MIN_SAFETY_MARGIN_MS}: a failure at the deadline runs that long past it ` +
+        `(a ROLLBACK's shortest grace, ${BUDGET.rollbackGraceMs.min} ms, then closing the LISTEN connection, up to ${BUDGET.listenCloseMs} ms), ` +
+        `and Lambda would kill the invocation before it ended its transactions; set it to ${MIN_SAFETY_MARGIN_MS} or more (default ${BUDGET.safetyMarginMs})`,
+    );
+  }
+  return ms;
 }
 
 /** Lambda's AWS_LAMBDA_FUNCTION_MEMORY_SIZE (MB, the function's memorySize); 512 elsewhere, the memory serverless.yml gives the function. */

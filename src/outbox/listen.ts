@@ -1,5 +1,5 @@
 // LISTEN for the outbox's inserts (the insert trigger's NOTIFY) while an invocation lingers.
-import type { Deadline } from '../budget.ts';
+import { BUDGET, type Deadline } from '../budget.ts';
 import type { InsertWatch } from '../loop/ports.ts';
 import { wrapDbError } from './db-errors.ts';
 import { quoteIdent } from './identifier.ts';
@@ -32,7 +32,7 @@ export async function watchInserts(
   } as unknown as postgres.Options<Record<string, never>>);
   const close = async () => {
     closing = true;
-    await listener.end({ timeout: 1 }).catch(() => undefined);
+    await listener.end({ timeout: BUDGET.listenCloseMs / 1_000 }).catch(() => undefined);
   };
   try {
     // not bounded(): losing this race says nothing about the main client's connections

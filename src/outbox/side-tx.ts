@@ -1,7 +1,7 @@
 // The store's own short transactions beside the loop: a retention chunk, a pass of the waiting
 // marks. Each on a connection of its own, ended as a batch's is (BatchTx), never postgres.js'
 // sql.begin: docs/DESIGN.md, "The store and postgres.js".
-import type { Deadline } from '../budget.ts';
+import { BatchTimer, BUDGET, type Deadline } from '../budget.ts';
 import type { PruneTarget } from '../loop/ports.ts';
 import { BatchTx, MARK_WAITING_CHUNK, type BatchStatements } from './batch-tx.ts';
 import type { Connections } from './connections.ts';
@@ -50,18 +50,26 @@ export class SideTransactions {
     return { cleared, blocked: work.blocked };
   }
 
-  /** Alongside the loop: mark the rows written behind blocking rows since the last pass, in chunks. */
+  /**
+   * Alongside the loop: mark the rows written behind blocking rows since the last pass, in chunks,
+   * while another fits the budget (the next invocation marks the rest).
+   */
   async markWaiting(deadline: Deadline): Promise<number> {
     const { markWaitingText } = this.statements;
     let marked = 0;
-    for (;;) {
+    // retention's rule, with a batch's room to spare: a chunk cut at the deadline would abandon the client
+    const timer = new BatchTimer();
+    while (deadline.fits(timer.expected() * BUDGET.batchesReserved)) {
+      const started = Date.now();
       const n = await this.tidy(
         deadline,
         async (tx) => (await tx.query('marking waiting rows', markWaitingText, [null, MARK_WAITING_CHUNK])).count,
       );
+      timer.record(Date.now() - started);
       marked += n;
-      if (n < MARK_WAITING_CHUNK) return marked;
+      if (n < MARK_WAITING_CHUNK) break;
     }
+    return marked;
   }
 
   private tidy<T>(deadline: Deadline, work: (tx: BatchTx) => Promise<T>): Promise<T> {

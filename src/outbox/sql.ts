@@ -580,7 +580,8 @@ WHERE seq IN (
  * waiting rows (once per invocation: marks behind a row that no longer blocks, such as one parked
  * under hold before a switch to skip; a failed row deleted or reset clears its marks itself,
  * the unwait trigger). Runs after the statements that changed the blocking rows, in the same
- * transaction.
+ * transaction. Rows locked by others are skipped: a mark is an optimisation, and one left stale is
+ * cleared by the next pass (the claim treats it as a gap meanwhile, so order holds).
  */
 export function unwaitSql(t: string, policy: ParkedPolicy): string {
   return `
@@ -597,11 +598,16 @@ firsts AS MATERIALIZED (
             AND (${blockingRows(policy, 'b')})) AS first_blocked
   FROM scope s
 )
-UPDATE ${t} w SET waiting = false
-FROM firsts f
-WHERE w.aggregateid = f.aggregateid AND w.waiting AND w.sent_at IS NULL AND w.skipped_at IS NULL
-  -- a failed row's mark (versions before this one set them) would outlive its reason once due
-  AND (f.first_blocked IS NULL OR w.seq < f.first_blocked OR w.attempts > 0)`;
+UPDATE ${t} SET waiting = false
+WHERE seq IN (
+  SELECT w.seq FROM ${t} w JOIN firsts f ON w.aggregateid = f.aggregateid
+  WHERE w.waiting AND w.sent_at IS NULL AND w.skipped_at IS NULL
+    -- a failed row's mark (versions before this one set them) would outlive its reason once due
+    AND (f.first_blocked IS NULL OR w.seq < f.first_blocked OR w.attempts > 0)
+  -- a row someone holds (an application's lock) keeps its mark for a later pass; waiting for it
+  -- would leave every other aggregate's marks in place too
+  FOR UPDATE OF w SKIP LOCKED
+)`;
 }
 
 /** Does a row wait, is an aggregate blocked? One probe each of the waiting and retry indexes (OutboxStore.clearStaleMarks). */

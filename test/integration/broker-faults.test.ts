@@ -4,6 +4,7 @@
 // delivered once the broker is back) and G5 (a frozen broker: the invocation returns before its
 // deadline). Invocations run as real child processes of the CLI. The broker is this file's own
 // (private-broker.ts), so the files beside it keep theirs; each test restores it in `finally`.
+import { MIN_SAFETY_MARGIN_MS } from '../../src/budget.ts';
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Sql } from 'postgres';
@@ -121,7 +122,7 @@ describe('broker faults: nothing is marked that is not on Kafka (G1)', () => {
     assert.equal(Math.max(...(await rowStates(sql, f.table)).map((r) => r.attempts)), 0, 'a hung broker is charged to no row');
     await assertMarkedOnKafka(f.table, [f.topic('order')]);
 
-    const s = await invoke({ ...env, OUTBOX_SAFETY_MARGIN_MS: '1000' }, 60_000);
+    const s = await invoke({ ...env, OUTBOX_SAFETY_MARGIN_MS: String(MIN_SAFETY_MARGIN_MS) }, 60_000);
     assert.equal(s.stoppedBecause, 'empty', JSON.stringify(s));
     assert.deepEqual(await counts(sql, f.table), { total: 20_000, sent: 20_000, parked: 0, pending: 0 });
     const msgs = await assertMarkedOnKafka(f.table, [f.topic('order')]);

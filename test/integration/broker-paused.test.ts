@@ -3,6 +3,7 @@
 // mid-batch): an invocation lingering for new rows (linger mode, G1/G5), and invocations that fail
 // while it is paused, whose metrics must still be published. The broker is this file's own
 // (private-broker.ts), so the files beside it keep theirs; each test resumes it.
+import { MIN_SAFETY_MARGIN_MS } from '../../src/budget.ts';
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Sql } from 'postgres';
@@ -106,7 +107,7 @@ describe('metrics: the backlog age while the broker is frozen', () => {
 
     // the broker is back: the next invocation delivers, and the age drops to 0
     await waitForTopic(f.topic('order'));
-    const res = await runCli(['invoke', '--timeout', '30000'], { ...env, OUTBOX_SAFETY_MARGIN_MS: '1000' });
+    const res = await runCli(['invoke', '--timeout', '30000'], { ...env, OUTBOX_SAFETY_MARGIN_MS: String(MIN_SAFETY_MARGIN_MS) });
     assert.equal(res.code, 0, res.stderr.slice(-3_000));
     const record = onlyRecord(res.stdout, 'stdout');
     assert.equal(num(record, 'Published'), 20);

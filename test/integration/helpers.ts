@@ -1,5 +1,6 @@
 // Shared fixtures for integration tests against the real local services (npm run services:up).
 // Each test gets its own outbox table and its own topics, so tests never see each other's rows.
+import { MIN_SAFETY_MARGIN_MS } from '../../src/budget.ts';
 import { spawn, type ChildProcess } from 'node:child_process';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -90,7 +91,7 @@ export async function fixture(sql: Sql, name: string, aggregatetypes: string[] =
       OUTBOX_KAFKA_CLIENT: KAFKA_CLIENT,
       OUTBOX_TABLE: table,
       OUTBOX_TOPIC_TEMPLATE: `${prefix}.{aggregatetype}`,
-      OUTBOX_SAFETY_MARGIN_MS: '1000',
+      OUTBOX_SAFETY_MARGIN_MS: String(MIN_SAFETY_MARGIN_MS),
       OUTBOX_LOG_LEVEL: 'info',
     },
   };

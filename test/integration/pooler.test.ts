@@ -10,7 +10,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import postgres, { type Sql } from 'postgres';
-import { Deadline } from '../../src/budget.ts';
+import { Deadline, MIN_SAFETY_MARGIN_MS } from '../../src/budget.ts';
 import { loadConfig } from '../../src/config.ts';
 import { DatabaseError } from '../../src/errors.ts';
 import type { Logger } from '../../src/log.ts';
@@ -187,7 +187,7 @@ describe('the pooler itself hangs', () => {
     const f = await fixture(sql, 'poolstop');
     await insertEvents(sql, f.table, [{ aggregateid: 'a' }]);
     // a connect timeout far beyond the budgets, so only the deadlines can end the waits
-    const env = { ...relayEnv(f.env, POOLER_DATABASE_URL), DATABASE_CONNECT_TIMEOUT_MS: '30000', OUTBOX_SAFETY_MARGIN_MS: '1000' };
+    const env = { ...relayEnv(f.env, POOLER_DATABASE_URL), DATABASE_CONNECT_TIMEOUT_MS: '30000', OUTBOX_SAFETY_MARGIN_MS: String(MIN_SAFETY_MARGIN_MS) };
     process.kill(pid, 'SIGSTOP');
     let invoke, status;
     try {

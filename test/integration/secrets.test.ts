@@ -5,6 +5,7 @@
 // bad or missing secret fails clearly, naming it and never printing its value; nothing marked) and
 // G5 (a hung Secrets Manager ends the invocation within its budget). Kafka's credentials rotated:
 // publishing.test.ts.
+import { MIN_SAFETY_MARGIN_MS } from '../../src/budget.ts';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -142,7 +143,7 @@ describe('secrets (Secrets Manager in the AWS emulator)', () => {
     process.kill(moto, 'SIGSTOP');
     let res;
     try {
-      const run = startCli(['invoke', '--timeout', '6000'], { ...secretEnv(f, name), OUTBOX_SAFETY_MARGIN_MS: '1000' });
+      const run = startCli(['invoke', '--timeout', '6000'], { ...secretEnv(f, name), OUTBOX_SAFETY_MARGIN_MS: String(MIN_SAFETY_MARGIN_MS) });
       // a hung invocation is killed here, so the test fails on the duration instead of hanging
       const cap = setTimeout(() => run.child.kill('SIGKILL'), 30_000);
       res = await run.result;

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import postgres, { type Sql } from 'postgres';
-import { Deadline } from '../../src/budget.ts';
+import { Deadline, MIN_SAFETY_MARGIN_MS } from '../../src/budget.ts';
 import { loadConfig } from '../../src/config.ts';
 import { BrokerUnavailableError, DatabaseError } from '../../src/errors.ts';
 import { createLogger } from '../../src/log.ts';
@@ -177,7 +177,7 @@ describe('a transaction is ended by the server, never by forgetting it', () => {
       await batch.rollback();
       await ahead.rollback();
       const spent = Date.now() - started;
-      // the tests' safety margin is 1,000 ms (helpers.ts fixture); the default is 3,000
+      // the tests' safety margin is the minimum (helpers.ts fixture), which covers one short grace
       assert.ok(spent < 1_000, `both rollbacks gave up within the margin: ${spent} ms`);
       assert.ok(store.poisoned);
     } finally {
@@ -187,6 +187,53 @@ describe('a transaction is ended by the server, never by forgetting it', () => {
     await until('the server ended both backends', () => backendsGone(appName));
     assert.equal(await count(sent), 0, 'no row reached the sent table');
     assert.equal(await count(t), 2);
+  });
+});
+
+describe('G5: how far past the deadline a failure runs (OUTBOX_SAFETY_MARGIN_MS\'s minimum)', () => {
+  it('a lingering invocation whose claim and LISTEN backends stop answering fails after its deadline by less than MIN_SAFETY_MARGIN_MS: the claim lost at the deadline, then the LISTEN connection\'s close', { timeout: 60_000 }, async (ctx) => {
+    const f = await fixture(sql, 'tx_overrun');
+    const appName = `relay-${f.table}`;
+    const rt = new Runtime(
+      loadConfig({ ...f.env, OUTBOX_IDLE: 'linger', OUTBOX_WAKE: 'notify', OUTBOX_CLIENT_ID: appName, OUTBOX_LOG_LEVEL: 'error' }),
+      createLogger('error', {}, () => undefined),
+    );
+    const remainingMs = 6_000;
+    const stopped: number[] = [];
+    try {
+      const calledAt = Date.now();
+      const invocation = rt.invoke(remainingMs).then(
+        () => ({ at: Date.now(), err: undefined as unknown }),
+        (err: unknown) => ({ at: Date.now(), err }),
+      );
+      const deadlineAt = calledAt + remainingMs - MIN_SAFETY_MARGIN_MS;
+      let listener = 0;
+      await until('the invocation lingers on LISTEN', async () => {
+        const rows = await admin<{ pid: number; query: string; state: string }[]>`SELECT pid, query, state FROM pg_stat_activity WHERE application_name = ${appName}`;
+        listener = rows.find((r) => r.query.startsWith('LISTEN'))?.pid ?? 0;
+        const others = rows.filter((r) => r.pid !== listener);
+        if (!listener || others.length === 0 || others.some((r) => r.state !== 'idle')) return false;
+        // the main client's backends stop answering (a frozen server, a partition)
+        for (const r of others) process.kill(r.pid, 'SIGSTOP');
+        stopped.push(...others.map((r) => r.pid));
+        return true;
+      });
+      // the row notifies the (still answering) listener: the relay claims on a backend that cannot answer
+      await insertEvents(sql, f.table, [{ aggregateid: 'a' }]);
+      await new Promise((r) => setTimeout(r, 300));
+      // then the listener stops too: its close waits for a server that never answers
+      process.kill(listener, 'SIGSTOP');
+      stopped.push(listener);
+      const { at, err } = await invocation;
+      assert.ok(err instanceof DatabaseError, `the invocation failed on the database: ${String(err)}`);
+      const overrunMs = at - deadlineAt;
+      ctx.diagnostic(`ran ${overrunMs} ms past the deadline (minimum safety margin ${MIN_SAFETY_MARGIN_MS} ms)`);
+      assert.ok(overrunMs < MIN_SAFETY_MARGIN_MS, `returned ${overrunMs} ms past the deadline, more than the minimum margin`);
+    } finally {
+      for (const pid of stopped) process.kill(pid, 'SIGCONT');
+      await rt.close();
+    }
+    await until('the server ended the relay backends', () => backendsGone(appName));
   });
 });
 

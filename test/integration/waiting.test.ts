@@ -197,4 +197,60 @@ describe('waiting marks', () => {
     const seqs = await seqsById(sql, f.table);
     for (const [agg, order] of firstCopyOrder(messages, (id) => seqs.get(id)!)) assert.ok(isSorted(order), `${agg} out of order: ${order.join(',')}`);
   });
+  it('G6: an application holding a lock on one waiting row does not strand the others: the stale marks of every other aggregate are cleared (the locked row keeps its mark for a later pass) and their rows delivered in order', async () => {
+    const f = await fixture(sql, 'wait_locked');
+    const t = qualified(parseTableName(f.table));
+    // aggregates S and T: each first row parked under hold, three rows behind it marked waiting
+    await insertEvents(sql, f.table, [{ aggregateid: 'S', type: 'S0' }, { aggregateid: 'T', type: 'T0' }]);
+    await sql.unsafe(`UPDATE ${t} SET attempts = 1, parked_at = now(), last_error = 'earlier failure'`);
+    await insertEvents(sql, f.table, ['S', 'T'].flatMap((a) => [1, 2, 3].map((i) => ({ aggregateid: a, type: `${a}${i}` }))));
+    assert.equal(await new OutboxStore(sql, parseTableName(f.table), 'hold').markWaiting(new Deadline(Date.now() + 10_000)), 6);
+    const [locked] = await sql.unsafe<{ seq: string }[]>(`SELECT seq::text FROM ${t} WHERE type = 'S2'`);
+
+    // redeployed with skip: the parked rows no longer block, every mark is stale; an application holds S2
+    const app = db();
+    let release: (() => void) | undefined;
+    const holding = new Promise<void>((resolve) => (release = resolve));
+    let held!: () => void;
+    const isHeld = new Promise<void>((resolve) => (held = resolve));
+    const tx = app.begin(async (a) => {
+      await a.unsafe(`SELECT 1 FROM ${t} WHERE seq = $1 FOR UPDATE`, [locked!.seq]);
+      held();
+      await holding;
+    });
+    try {
+      await isHeld;
+      const first = await invokeOk({ ...f.env, OUTBOX_PARKED_POLICY: 'skip' });
+      assert.equal(first.published, 4, `T1..T3 and S1, not S2 (locked, still marked) nor S3 behind it: ${JSON.stringify(first)}`);
+      assert.deepEqual(await waitingSeqs(f.table), [Number(locked!.seq)], 'only the locked row keeps its mark');
+    } finally {
+      release?.();
+      await tx;
+      await app.end();
+    }
+    const second = await invokeOk({ ...f.env, OUTBOX_PARKED_POLICY: 'skip' });
+    assert.equal(second.published, 2, JSON.stringify(second));
+    const messages = await consumeAll([f.topic('order')], 6);
+    const seqs = await seqsById(sql, f.table);
+    const order = firstCopyOrder(messages, (id) => seqs.get(id)!);
+    for (const a of ['S', 'T']) assert.ok(isSorted(order.get(a)!) && order.get(a)!.length === 3, `${a}: ${order.get(a)!.join(',')}`);
+  });
+
+  it('G5: the waiting-mark pass stops within its budget: with more rows to mark than the deadline allows, it returns before the deadline after whole chunks, leaves the client usable, and the next pass goes on where it stopped', async () => {
+    const f = await fixture(sql, 'wait_budget');
+    const t = qualified(parseTableName(f.table));
+    await insertEvents(sql, f.table, [{ aggregateid: 'BIG', type: 'B0' }]);
+    await sql.unsafe(`UPDATE ${t} SET attempts = 1, next_attempt_at = now() + interval '1 hour', last_error = 'earlier failure'`);
+    const behind = 300_000;
+    await sql.unsafe(`INSERT INTO ${t} (aggregatetype, aggregateid, type, payload) SELECT 'order', 'BIG', 'B', '{}'::jsonb FROM generate_series(1, ${behind})`);
+    const store = new OutboxStore(sql, parseTableName(f.table), 'hold');
+    const deadline = new Deadline(Date.now() + 1_500);
+    const marked = await store.markWaiting(deadline);
+    const left = deadline.remaining();
+    assert.ok(left > 0, "returned at or past its deadline");
+    assert.equal(store.poisoned, false, 'no chunk was cut at the deadline (that abandons the client)');
+    assert.ok(marked > 0 && marked < behind && marked % 10_000 === 0, `whole chunks, not all of them: ${marked}`);
+    assert.equal((await waitingSeqs(f.table)).length, marked);
+    assert.equal(await store.markWaiting(new Deadline(Date.now() + 120_000)), behind - marked, 'the next pass marks the rest');
+  });
 });

@@ -558,7 +558,6 @@ export class World {
         OUTBOX_BACKOFF_BASE_MS: String(sc.backoffBaseMs),
         OUTBOX_BACKOFF_MAX_MS: String(sc.backoffBaseMs * 4),
         OUTBOX_PARKED_POLICY: policy,
-        OUTBOX_SAFETY_MARGIN_MS: '0',
       }).outbox;
   }
 

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { BUDGET, MIN_SAFETY_MARGIN_MS } from '../../src/budget.ts';
 import { defaultMaxBatchBytes, loadConfig } from '../../src/config.ts';
 import { DEFAULT_CLAIM_BYTES } from '../../src/outbox/store.ts';
 import { ConfigError } from '../../src/errors.ts';
@@ -192,6 +193,19 @@ describe('loadConfig: every variable, its default and its bounds', () => {
     assert.equal(loadConfig({ ...base, OUTBOX_BATCH_SIZE: '10000' }).outbox.batchSize, 10_000);
     assert.deepEqual(problems({ ...base, OUTBOX_BATCH_SIZE: '10001' }), ['OUTBOX_BATCH_SIZE=10001 is out of range; expected an integer between 1 and 10000 (default 500)']);
     assert.deepEqual(problems({ ...base, OUTBOX_POLL_MS: '60001' }), ['OUTBOX_POLL_MS=60001 is out of range; expected an integer between 10 and 60000 (default 250)']);
+  });
+
+  it('G5: OUTBOX_SAFETY_MARGIN_MS below what a failure runs past the deadline (the shortest rollback grace, then the LISTEN close) is refused, saying why', () => {
+    assert.equal(MIN_SAFETY_MARGIN_MS, BUDGET.rollbackGraceMs.min + BUDGET.listenCloseMs);
+    assert.ok(BUDGET.safetyMarginMs >= MIN_SAFETY_MARGIN_MS, 'the default is allowed');
+    for (const ms of [0, MIN_SAFETY_MARGIN_MS - 1]) {
+      const [p, ...more] = problems({ ...base, OUTBOX_SAFETY_MARGIN_MS: String(ms) });
+      assert.deepEqual(more, []);
+      assert.match(p!, new RegExp(`^OUTBOX_SAFETY_MARGIN_MS=${ms} is below its minimum of ${MIN_SAFETY_MARGIN_MS}: a failure at the deadline runs that long past it`));
+      assert.match(p!, new RegExp(`ROLLBACK's shortest grace, ${BUDGET.rollbackGraceMs.min} ms, then closing the LISTEN connection, up to ${BUDGET.listenCloseMs} ms`));
+      assert.match(p!, new RegExp(`set it to ${MIN_SAFETY_MARGIN_MS} or more \\(default 3000\\)$`));
+    }
+    assert.equal(loadConfig({ ...base, OUTBOX_SAFETY_MARGIN_MS: String(MIN_SAFETY_MARGIN_MS) }).outbox.safetyMarginMs, MIN_SAFETY_MARGIN_MS);
   });
 
   it('G8: one-of settings name the allowed values and the default', () => {
