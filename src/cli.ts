@@ -8,6 +8,7 @@ import type { Context, ScheduledEvent } from 'aws-lambda';
 import { Deadline } from './budget.ts';
 import { parseCommand, UsageError, type Command } from './cli/commands.ts';
 import { operatorReport, parkedListText, statusText } from './cli/output.ts';
+import { operatorIdentity } from './cli/operator.ts';
 import { jsonText } from './cli/printable.ts';
 import { closeRuntime, getRuntime, handler } from './handler.ts';
 import { ConfigError, RelayError } from './errors.ts';
@@ -143,9 +144,11 @@ async function statusCommand(json: boolean, timeoutMs: number): Promise<number> 
  */
 async function operatorCommand(command: Extract<Command, { name: 'parked retry' | 'parked skip' }>): Promise<number> {
   const rt = getRuntime();
+  // who, before anything connects: a command that cannot say who ran it does not run
+  const operator = await operatorIdentity(command.operator, rt.config.awsCredentials);
   const sql = await rt.database();
   const table = rt.config.outbox.table;
-  const request = { reason: command.reason, dryRun: command.dryRun, policy: rt.config.outbox.parkedPolicy };
+  const request = { reason: command.reason, operator, dryRun: command.dryRun, policy: rt.config.outbox.parkedPolicy };
   const action = command.name === 'parked retry' ? 'retry' : 'skip';
   const result = await (command.name === 'parked retry' ? retryParked(sql, table, { ...request, ids: command.ids }) : skipParked(sql, table, { ...request, ids: command.ids })).catch((e: unknown) => {
     throw wrapDbError(e, `${command.dryRun ? 'looking up' : action === 'retry' ? 'retrying' : 'skipping'} parked rows`);

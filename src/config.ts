@@ -104,6 +104,11 @@ export interface Config {
   };
   /** test-only fault injection: pause this long after the broker acked a batch, before its marks commit; 0 in a build (src/test-hooks.ts) */
   testPauseAfterPublishMs: number;
+  /**
+   * AWS credentials are named in the environment (keys, a profile, a web identity, container
+   * credentials): the operator commands record the AWS caller identity (src/cli/operator.ts)
+   */
+  awsCredentials: boolean;
 }
 
 type Env = Record<string, string | undefined>;
@@ -164,6 +169,9 @@ export const REMOVED_SETTINGS: Readonly<Record<string, string>> = {
     'otherwise. Unset it; behind PgBouncer or RDS Proxy set DATABASE_PREPARE=false',
 };
 
+/** What the AWS SDK's default credential chain reads from the environment, short of the instance metadata. */
+const AWS_CREDENTIAL_VARIABLES = ['AWS_ACCESS_KEY_ID', 'AWS_PROFILE', 'AWS_WEB_IDENTITY_TOKEN_FILE', 'AWS_CONTAINER_CREDENTIALS_FULL_URI', 'AWS_CONTAINER_CREDENTIALS_RELATIVE_URI'];
+
 export function loadConfig(env: Env = process.env): Config {
   const read = new EnvReader(env);
   for (const [name, instead] of Object.entries(REMOVED_SETTINGS)) {
@@ -177,6 +185,7 @@ export function loadConfig(env: Env = process.env): Config {
     logLevel: logLevel(read),
     telemetry: telemetryConfig(read),
     testPauseAfterPublishMs: TEST_HOOKS ? read.int('OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS', 0, 0, 3_600_000) : 0,
+    awsCredentials: AWS_CREDENTIAL_VARIABLES.some((name) => read.str(name) !== undefined),
   };
   if (read.problems.length) throw new ConfigError(read.problems);
   return config;

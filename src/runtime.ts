@@ -10,7 +10,7 @@ import { createPublisher, preloadKafkaClient } from './kafka/clients.ts';
 import { MskIamTokens } from './kafka/msk-iam.ts';
 import type { Logger } from './log.ts';
 import type { Publisher } from './loop/ports.ts';
-import { backlog, type Backlog } from './outbox/admin.ts';
+import { backlog, UnconfirmedRollbackError, type Backlog } from './outbox/admin.ts';
 import { CLIENT_OPTIONS, clientFor, endClient, type DatabaseTarget } from './outbox/client.ts';
 import { isAuthError, isConnectionLost, wrapDbError } from './outbox/db-errors.ts';
 import { OutboxStore, type StoreOptions } from './outbox/store.ts';
@@ -297,15 +297,16 @@ export class Runtime {
    * The backlog figures for the invocation's metrics (src/metrics.ts), read with the client the
    * invocation used and never a new one: undefined when there is none, or it is broken (the
    * invocation failed on the database; connecting again could take the rest of the budget).
-   * A read that loses the race with `deadline` may still be running: the client is replaced
-   * before the next invocation uses it, as after any abandoned statement.
+   * A read that loses the race with `deadline` may still be running, and one whose ROLLBACK was
+   * not confirmed ended the client: either way the client is replaced before the next invocation
+   * uses it, as after any abandoned statement.
    */
   async backlog(deadline: Deadline): Promise<Backlog | undefined> {
     if (!this.sql || this.store?.poisoned || this.connectionLost) return undefined;
     try {
       return await backlog(this.sql, this.config.outbox.table, deadline);
     } catch (err) {
-      if (err instanceof DeadlineExceededError) {
+      if (err instanceof DeadlineExceededError || err instanceof UnconfirmedRollbackError) {
         if (this.store) this.store.abandon();
         else this.connectionLost = true;
       }

@@ -25,13 +25,15 @@ export type Command =
   | { name: 'schedule'; everyMs: number; timeoutMs: number; max: number | undefined }
   | { name: 'status'; json: boolean; timeoutMs: number }
   | { name: 'parked list'; json: boolean; limit: number }
-  | { name: 'parked retry'; ids: string[] | null; reason: string; dryRun: boolean }
-  | { name: 'parked skip'; ids: string[]; reason: string; dryRun: boolean };
+  | { name: 'parked retry'; ids: string[] | null; reason: string; dryRun: boolean; operator?: string }
+  | { name: 'parked skip'; ids: string[]; reason: string; dryRun: boolean; operator?: string };
 
 /** `status` never waits longer than this by default (a table locked by a migration, a hung server) */
 export const STATUS_TIMEOUT_MS = 30_000;
 /** the longest a --reason may be: a sentence or a ticket, not a pasted file */
 export const MAX_REASON_CHARS = 1_000;
+/** the longest an --operator may be: a name, an ARN or an e-mail address */
+export const MAX_OPERATOR_CHARS = 200;
 /** setTimeout's and setInterval's limit (a longer delay fires at once) */
 const MAX_DELAY_MS = 2_147_483_647;
 
@@ -63,9 +65,14 @@ interface Spec {
 const REASON: Option = {
   name: 'reason',
   value: 'TEXT',
-  help: `why (required, at most ${MAX_REASON_CHARS} characters): stored with each row, with the database role (session_user) and the time, and logged`,
+  help: `why (required, at most ${MAX_REASON_CHARS} characters): stored with each row, with the database role (session_user), the operator and the time, and logged`,
 };
 const DRY_RUN: Option = { name: 'dry-run', help: 'print what would be done; change nothing' };
+const OPERATOR: Option = {
+  name: 'operator',
+  value: 'NAME',
+  help: `who runs the command (at most ${MAX_OPERATOR_CHARS} characters; default: the AWS caller identity when AWS credentials are set, else the OS user): stored with each row and logged`,
+};
 const JSON_OUT: Option = { name: 'json', help: 'print JSON instead of text' };
 const REPAIR_EXIT = (done: string) =>
   `0 every row named was ${done}; 1 some were not (each listed on stderr with why, and in the JSON as not${done[0]!.toUpperCase()}${done.slice(1)}) ` +
@@ -125,28 +132,28 @@ const SPECS: Spec[] = [
     name: 'parked retry',
     synopsis: '(<id>... | --all) --reason TEXT [--dry-run]',
     summary: 'put parked rows back to pending (attempts reset)',
-    about: "Puts the parked rows named (or every parked row) back to pending, attempts reset; the rows of their aggregates waiting behind them are freed. Who, when and why are recorded with each row (retried_by, retried_at, retried_reason, carried to the sent table when it is sent) and logged. Prints the result as JSON.",
-    options: [{ name: 'all', help: 'every parked row (instead of ids)' }, REASON, DRY_RUN],
+    about: "Puts the parked rows named (or every parked row) back to pending, attempts reset; the rows of their aggregates waiting behind them are freed. Who (the database role and the operator), when and why are recorded with each row (retried_by, retried_operator, retried_at, retried_reason, carried to the sent table when it is sent) and logged. Prints the result as JSON.",
+    options: [{ name: 'all', help: 'every parked row (instead of ids)' }, REASON, OPERATOR, DRY_RUN],
     exit: REPAIR_EXIT('retried'),
     positionals: true,
     build: (r, p) => {
       const all = r.flag('all');
       if (all && p.length) throw r.usage('give row ids or --all, not both');
       if (!all && !p.length) throw r.usage('parked retry needs row ids or --all');
-      return { name: 'parked retry', ids: all ? null : r.rowIds(p), reason: r.reason(), dryRun: r.flag('dry-run') };
+      return { name: 'parked retry', ids: all ? null : r.rowIds(p), reason: r.reason(), dryRun: r.flag('dry-run'), ...r.operator() };
     },
   },
   {
     name: 'parked skip',
     synopsis: '<id>... --reason TEXT [--dry-run]',
     summary: 'never send these parked rows (kept for audit)',
-    about: "Never sends the parked rows named. They stay in the outbox for OUTBOX_RETAIN_SKIPPED_MS (default 30 days) with who skipped them, when and why (skipped_by, skipped_at, skipped_reason), and no longer hold their aggregate's later rows back. Logged too. Prints the result as JSON.",
-    options: [REASON, DRY_RUN],
+    about: "Never sends the parked rows named. They stay in the outbox for OUTBOX_RETAIN_SKIPPED_MS (default 30 days) with who skipped them (the database role and the operator), when and why (skipped_by, skipped_operator, skipped_at, skipped_reason), and no longer hold their aggregate's later rows back. Logged too. Prints the result as JSON.",
+    options: [REASON, OPERATOR, DRY_RUN],
     exit: REPAIR_EXIT('skipped'),
     positionals: true,
     build: (r, p) => {
       if (!p.length) throw r.usage('parked skip needs row ids');
-      return { name: 'parked skip', ids: r.rowIds(p), reason: r.reason(), dryRun: r.flag('dry-run') };
+      return { name: 'parked skip', ids: r.rowIds(p), reason: r.reason(), dryRun: r.flag('dry-run'), ...r.operator() };
     },
   },
 ];
@@ -308,6 +315,16 @@ class Reader {
   rowIds(args: string[]): string[] {
     for (const id of args) if (!UUID.test(id)) throw this.usage(`${quoted(id)} is not a row id (a uuid, as \`parked list\` prints it)`);
     return [...new Set(args.map((id) => id.toLowerCase()))];
+  }
+
+  /** --operator, when given: trimmed, not empty, not too long (as the key to spread into the command) */
+  operator(): { operator?: string } {
+    const raw = this.one('operator');
+    if (raw === undefined) return {};
+    const name = raw.trim();
+    if (!name) throw this.usage('--operator must not be empty: name who runs the command (it is stored with each row and logged)');
+    if (name.length > MAX_OPERATOR_CHARS) throw this.usage(`--operator is ${name.length} characters long, at most ${MAX_OPERATOR_CHARS} are taken`);
+    return { operator: name };
   }
 
   /** --reason, required: trimmed, not empty, not too long */

@@ -22,7 +22,8 @@ export function parkedListText(rows: ParkedRow[]): string {
     .map((r) => {
       const head = `${r.id}  seq ${r.seq}  ${printable(r.aggregatetype)}/${printable(r.aggregateid)} ${printable(r.type)}  attempts ${r.attempts}  parked ${r.parked_at.toISOString()}`;
       const lines = [head, `    ${printable(r.last_error ?? '')}`];
-      if (r.retried_at) lines.push(`    retried before: ${r.retried_at.toISOString()} by ${printable(r.retried_by ?? '?')}: ${printable(r.retried_reason ?? '')}`);
+      const operator = r.retried_operator ? ` (operator ${printable(r.retried_operator)})` : '';
+      if (r.retried_at) lines.push(`    retried before: ${r.retried_at.toISOString()} by ${printable(r.retried_by ?? '?')}${operator}: ${printable(r.retried_reason ?? '')}`);
       return lines.join('\n') + '\n';
     })
     .join('');
@@ -59,6 +60,7 @@ export function operatorReport(action: OperatorAction, request: { reason: string
     dryRun: request.dryRun,
     reason: request.reason,
     by: result.by,
+    operator: result.operator,
     at: result.at.toISOString(),
   };
   return { json, text: notActedOnText(action, request.dryRun, result), code: result.notActedOn.length ? 1 : 0 };

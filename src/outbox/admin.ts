@@ -1,9 +1,10 @@
 // Operator queries: status, the backlog figures (also the metrics'), and parked rows. Same
 // configuration as the handler.
-import postgres, { type Sql, type TransactionSql } from 'postgres';
-import type { Deadline } from '../budget.ts';
+import postgres, { type ReservedSql, type Sql, type TransactionSql } from 'postgres';
+import { BUDGET, type Deadline } from '../budget.ts';
+import { DatabaseError } from '../errors.ts';
 import { topicFor, type ParkedPolicy, type TableName } from '../domain.ts';
-import { openConnections } from './client.ts';
+import { endClient, openConnections } from './client.ts';
 import { qualified } from './identifier.ts';
 import * as q from './sql.ts';
 import { isConnectionLost } from './db-errors.ts';
@@ -41,7 +42,8 @@ export const BACKLOG_COUNT_CAP = 10_000;
  * ends before `deadline`, raced against `deadline` too in case the server or network hangs
  * (then it throws DeadlineExceededError and the statement may still be running: the caller
  * should not reuse the client). One round trip: BEGIN, the timeouts and the query are pipelined
- * on a reserved connection; ROLLBACK ends the transaction, which has nothing to commit.
+ * on a reserved connection; ROLLBACK ends the transaction, which has nothing to commit, and the
+ * connection is released only once it is answered (else UnconfirmedRollbackError, the client ended).
  */
 export async function backlog(sql: Sql, table: TableName, deadline: Deadline): Promise<Backlog> {
   // the server gives up first, with an ordinary error, so the client-side race is only a backstop
@@ -67,10 +69,7 @@ export async function backlog(sql: Sql, table: TableName, deadline: Deadline): P
       // Nothing is written to a connection that did not answer: postgres.js 3.4.9 can crash the
       // process writing to a reserved connection whose socket closed (porsager/postgres#1208).
       // That connection stays reserved until the client is replaced (Runtime) or the process ends.
-      if (answered) {
-        await conn`ROLLBACK`.catch(() => undefined);
-        conn.release();
-      }
+      if (answered) await endReadOnly(sql, conn, deadline);
     }
   })();
   const [row] = await deadline.race('reading the backlog figures', read);
@@ -84,6 +83,35 @@ export async function backlog(sql: Sql, table: TableName, deadline: Deadline): P
     parkedRows: parked,
     parkedRowsCapped: parked > BACKLOG_COUNT_CAP,
   };
+}
+
+/**
+ * The backlog read's ROLLBACK was not answered in its grace (or failed): the connection may still
+ * be in the transaction, so it was not released; the client was ended, and the server rolls back
+ * as its connections close (docs/DESIGN.md, "A transaction is ended by the server"). The caller
+ * needs a new client.
+ */
+export class UnconfirmedRollbackError extends DatabaseError {}
+
+/**
+ * A connection goes back to the pool only once the server answered its ROLLBACK, within the
+ * grace a batch's rollback has (BUDGET.rollbackGraceMs); otherwise the whole client is ended.
+ */
+async function endReadOnly(sql: Sql, conn: ReservedSql, deadline: Deadline): Promise<void> {
+  const { min, max } = BUDGET.rollbackGraceMs;
+  const graceMs = Math.min(max, Math.max(min, deadline.remaining()));
+  let timer: NodeJS.Timeout | undefined;
+  const rollback = conn`ROLLBACK`;
+  try {
+    await Promise.race([rollback, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer within ${graceMs} ms`)), graceMs)))]);
+  } catch (err) {
+    rollback.catch(() => undefined);
+    void endClient(sql);
+    throw new UnconfirmedRollbackError(`the backlog read's ROLLBACK was not confirmed (${(err as Error).message}): the database client was ended, so the server rolls back`, { cause: err });
+  } finally {
+    clearTimeout(timer);
+  }
+  conn.release();
 }
 
 export interface Status extends Backlog {
@@ -153,6 +181,8 @@ export interface ParkedRow {
   retried_at: Date | null;
   retried_by: string | null;
   retried_reason: string | null;
+  /** who ran that `parked retry` (--operator, the AWS caller identity or the OS user) */
+  retried_operator: string | null;
 }
 
 export function listParked(sql: Sql, table: TableName, limit = 100): Promise<ParkedRow[]> {
@@ -165,6 +195,8 @@ export interface OperatorRequest {
   ids: string[] | null;
   /** why (required by the CLI): stored with each row acted on */
   reason: string;
+  /** who runs the command (src/cli/operator.ts): stored with each row beside the database role */
+  operator: string;
   /** decide and report, change nothing */
   dryRun: boolean;
   policy: ParkedPolicy;
@@ -185,6 +217,8 @@ export interface OperatorResult {
   notActedOn: NotActedOn[];
   /** the database role (session_user) and the time recorded with each row */
   by: string;
+  /** who ran the command, recorded with each row too */
+  operator: string;
   at: Date;
 }
 
@@ -238,17 +272,17 @@ export function skipParked(sql: Sql, table: TableName, request: Omit<OperatorReq
   return repairParked(sql, table, 'skip', request);
 }
 
-async function repairParked(sql: Sql, table: TableName, action: 'retry' | 'skip', { ids, reason, dryRun, policy }: OperatorRequest): Promise<OperatorResult> {
+async function repairParked(sql: Sql, table: TableName, action: 'retry' | 'skip', { ids, reason, operator, dryRun, policy }: OperatorRequest): Promise<OperatorResult> {
   const t = qualified(table);
   const lookup = q.operatorLookupSql(t, ids ? 'ids' : 'all-parked', !dryRun);
   const params = ids ? [ids] : [];
   const work = async (tx: TransactionSql): Promise<OperatorResult> => {
     const [[who], found] = await Promise.all([tx.unsafe<{ by: string; at: Date }[]>(q.operatorSql), tx.unsafe<LookedUp[]>(lookup, params)]);
     const decided = decide(action, ids, found);
-    const result = { ...decided, by: who!.by, at: who!.at };
+    const result = { ...decided, by: who!.by, operator, at: who!.at };
     if (dryRun || decided.actedOn.length === 0) return result;
     // the lookup locked the rows: the UPDATE finds each one decided as the lookup read it
-    const rows = await tx.unsafe<{ id: string; aggregateid: string }[]>(action === 'retry' ? q.parkedRetrySql(t) : q.parkedSkipSql(t), [decided.actedOn, reason]);
+    const rows = await tx.unsafe<{ id: string; aggregateid: string }[]>(action === 'retry' ? q.parkedRetrySql(t) : q.parkedSkipSql(t), [decided.actedOn, reason, operator]);
     const aggregates = [...new Set(rows.map((r) => r.aggregateid))];
     if (aggregates.length) await tx.unsafe(q.unwaitSql(t, policy), [aggregates]);
     return result;

@@ -28,6 +28,10 @@ export interface SchemaFacts {
   sent_insert: boolean | null;
   sent_select: boolean | null;
   sent_delete: boolean | null;
+  /** the columns the relay uses (RELAY_COLUMNS in sql.ts) on which the role lacks the privilege; null for a missing table */
+  outbox_select_lacking: string[] | null;
+  outbox_update_lacking: string[] | null;
+  sent_insert_lacking: string[] | null;
   /** outbox_relay_migrations as the role's search_path finds it, or null */
   migrations_table: string | null;
   migrations_readable: boolean | null;
@@ -83,12 +87,19 @@ export function schemaProblems(f: SchemaFacts, needs: SchemaNeeds): string[] {
           `GRANT ${privileges.join(', ')} ON ${table} TO ${f.role_ident}`,
       );
     }
+    // granted on some columns only: has_any_column_privilege passes, the statement that needs the others fails
+    for (const [p, why] of outboxNeeds(needs.sentRows)) {
+      const columns = p === 'SELECT' ? f.outbox_select_lacking : p === 'UPDATE' ? f.outbox_update_lacking : null;
+      if (privilege(f, p) && columns?.length) problems.push(columnProblem(f, p, columns, `the outbox table ${table}`, why, table));
+    }
   }
 
   if (needs.sentRows === 'keep' && f.schema_usage !== false) {
     if (!f.sent_present) {
       // a missing migration already says what brings it back
       if (!missing) problems.push(`the sent table ${sentTable} does not exist: this version of the relay moves sent rows there. Run ${MIGRATE} (idempotent) before the relay, or set OUTBOX_SENT_ROWS=delete to keep no sent rows`);
+    } else if (f.sent_insert && f.sent_insert_lacking?.length) {
+      problems.push(columnProblem(f, 'INSERT', f.sent_insert_lacking, `the sent table ${sentTable}`, 'acked rows are moved there, every column', sentTable));
     } else if (!f.sent_insert) {
       // Retention's SELECT and DELETE there are not refused when they alone are missing: the relay
       // then relays and only the sent table grows, which retention's warning says every invocation
@@ -148,6 +159,14 @@ function migrationProblems(f: SchemaFacts, needs: SchemaNeeds, problems: string[
       `(recorded in ${f.migrations_table}: ${f.versions.join(', ')}): run ${MIGRATE} (idempotent) before the relay`,
   );
   return true;
+}
+
+/** A privilege granted on some columns only: the ones the relay also uses, and the GRANT of exactly those. */
+function columnProblem(f: SchemaFacts, p: string, columns: string[], where: string, why: string, table: string): string {
+  return (
+    `the database role ${f.role} has ${p} on some columns of ${where} only, and lacks it on ${list(columns, 'and')} (${p}: ${why}): ` +
+    `GRANT ${p} (${columns.join(', ')}) ON ${table} TO ${f.role_ident}`
+  );
 }
 
 function privilege(f: SchemaFacts, p: string): boolean {

@@ -286,12 +286,24 @@ export function moveSentSql(t: string, sent: string): string {
 WITH moved AS (
   DELETE FROM ${t}
   WHERE seq = ANY($1::bigint[]) AND sent_at IS NULL
-  RETURNING id, aggregatetype, aggregateid, type, payload, topic, headers, seq, created_at, attempts, retried_at, retried_by, retried_reason
+  RETURNING id, aggregatetype, aggregateid, type, payload, topic, headers, seq, created_at, attempts, retried_at, retried_by, retried_reason, retried_operator
 )
-INSERT INTO ${sent} (id, aggregatetype, aggregateid, type, payload, topic, headers, seq, created_at, sent_at, attempts, retried_at, retried_by, retried_reason)
-SELECT id, aggregatetype, aggregateid, type, payload, topic, headers, seq, created_at, now(), attempts, retried_at, retried_by, retried_reason
+INSERT INTO ${sent} (id, aggregatetype, aggregateid, type, payload, topic, headers, seq, created_at, sent_at, attempts, retried_at, retried_by, retried_reason, retried_operator)
+SELECT id, aggregatetype, aggregateid, type, payload, topic, headers, seq, created_at, now(), attempts, retried_at, retried_by, retried_reason, retried_operator
 FROM moved`;
 }
+
+/**
+ * The columns the relay's own statements use, by privilege: a role granted columns rather than
+ * tables needs exactly these (schemaCheckSql). SELECT: what claims, marks, the order guard and the
+ * move read; UPDATE: what recordFailuresSql and the waiting marks write; INSERT: what moveSentSql
+ * writes into the sent table.
+ */
+export const RELAY_COLUMNS = {
+  outboxSelect: ['id', 'aggregatetype', 'aggregateid', 'type', 'payload', 'topic', 'headers', 'seq', 'created_at', 'sent_at', 'attempts', 'next_attempt_at', 'parked_at', 'skipped_at', 'waiting', 'retried_at', 'retried_by', 'retried_reason', 'retried_operator', 'payload_bytes'],
+  outboxUpdate: ['attempts', 'last_error', 'next_attempt_at', 'parked_at', 'waiting'],
+  sentInsert: ['id', 'aggregatetype', 'aggregateid', 'type', 'payload', 'topic', 'headers', 'seq', 'created_at', 'sent_at', 'attempts', 'retried_at', 'retried_by', 'retried_reason', 'retried_operator'],
+} as const;
 
 /**
  * What the relay needs of the database, in one round trip (OutboxStore.checkTables; read by
@@ -301,14 +313,22 @@ FROM moved`;
  * - to_regclass answers NULL for a missing table, but fails for a schema the role may not use:
  *   asked only once USAGE on the outbox's schema is known (an unqualified name goes through the
  *   search_path, which skips such schemas by itself);
- * - privileges: has_any_column_privilege, so a role granted the columns rather than the table
- *   passes (DELETE has no column grants); NULL for a missing table;
+ * - privileges: has_any_column_privilege (a grant on the table, or on some of its columns), and
+ *   then, for a role granted columns, the columns the relay uses that it lacks (RELAY_COLUMNS;
+ *   columns a missing migration would add are the migration's problem); NULL for a missing table;
  * - the migrations table can only be named in the statement if it exists and may be read, which
  *   is known only as this statement runs: query_to_xml runs its SELECT, only in that case (CASE),
  *   and its XML is read with a regular expression (xpath needs a server built with libxml).
  * `target` is the outbox's name as migrate() records it (displayName: the identifiers, unquoted).
  */
 export function schemaCheckSql(): string {
+  const lacking = (rel: string, columns: readonly string[], privilege: string) => `
+       CASE WHEN ${rel} IS NOT NULL THEN to_json(ARRAY(
+         SELECT a.attname::text FROM pg_attribute a
+         WHERE a.attrelid = ${rel} AND a.attnum > 0 AND NOT a.attisdropped
+           AND a.attname = ANY (ARRAY[${columns.map((c) => `'${c}'`).join(', ')}]::name[])
+           AND NOT has_column_privilege(${rel}, a.attnum, '${privilege}')
+         ORDER BY a.attnum)) END`;
   return `
 WITH name AS (
   SELECT CASE WHEN cardinality(parse_ident($1)) = 2 THEN (parse_ident($1))[1] END AS schema,
@@ -337,6 +357,7 @@ SELECT current_user AS role, quote_ident(current_user) AS role_ident,
        has_any_column_privilege(r.sent, 'INSERT') AS sent_insert,
        has_any_column_privilege(r.sent, 'SELECT') AS sent_select,
        has_table_privilege(r.sent, 'DELETE') AS sent_delete,
+       -- json: the relay's client parses no array type (src/outbox/client.ts)${lacking('r.outbox', RELAY_COLUMNS.outboxSelect, 'SELECT')} AS outbox_select_lacking,${lacking('r.outbox', RELAY_COLUMNS.outboxUpdate, 'UPDATE')} AS outbox_update_lacking,${lacking('r.sent', RELAY_COLUMNS.sentInsert, 'INSERT')} AS sent_insert_lacking,
        r.migrations::text AS migrations_table,
        has_table_privilege(r.migrations, 'SELECT') AS migrations_readable,
        -- json: the relay's client parses no array type (src/outbox/client.ts)
@@ -466,7 +487,7 @@ SELECT
 
 export function parkedListSql(t: string): string {
   return `
-SELECT id, seq, aggregatetype, aggregateid, type, topic, attempts, last_error, parked_at, created_at, retried_at, retried_by, retried_reason
+SELECT id, seq, aggregatetype, aggregateid, type, topic, attempts, last_error, parked_at, created_at, retried_at, retried_by, retried_reason, retried_operator
 FROM ${t}
 WHERE parked_at IS NOT NULL AND sent_at IS NULL AND skipped_at IS NULL
 ORDER BY seq
@@ -491,7 +512,8 @@ ORDER BY seq${lock ? '\nFOR UPDATE' : ''}`;
 export const operatorSql = 'SELECT session_user::text AS by, now() AS at';
 
 /**
- * Back to pending with a clean slate ($1: the ids decided on), recording who, when and why ($2).
+ * Back to pending with a clean slate ($1: the ids decided on), recording who (the role, and the
+ * operator $3), when and why ($2).
  * The conditions are the lookup's, restated so that the statement alone never puts back a row
  * that is not parked.
  */
@@ -499,16 +521,16 @@ export function parkedRetrySql(t: string): string {
   return `
 UPDATE ${t}
 SET parked_at = NULL, attempts = 0, next_attempt_at = '-infinity', last_error = NULL,
-    retried_at = now(), retried_by = session_user, retried_reason = $2
+    retried_at = now(), retried_by = session_user, retried_reason = $2, retried_operator = $3
 WHERE id = ANY($1::uuid[]) AND parked_at IS NOT NULL AND sent_at IS NULL AND skipped_at IS NULL
 RETURNING id, aggregateid`;
 }
 
-/** Never to be sent; kept for audit (OUTBOX_RETAIN_SKIPPED_MS) with who, when and why ($2), and no longer holds its aggregate back. */
+/** Never to be sent; kept for audit (OUTBOX_RETAIN_SKIPPED_MS) with who (role, operator $3), when and why ($2), and no longer holds its aggregate back. */
 export function parkedSkipSql(t: string): string {
   return `
 UPDATE ${t}
-SET skipped_at = now(), skipped_by = session_user, skipped_reason = $2
+SET skipped_at = now(), skipped_by = session_user, skipped_reason = $2, skipped_operator = $3
 WHERE id = ANY($1::uuid[]) AND parked_at IS NOT NULL AND sent_at IS NULL AND skipped_at IS NULL
 RETURNING id, aggregateid`;
 }

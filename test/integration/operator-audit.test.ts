@@ -1,5 +1,7 @@
-// services: postgres, kafka
-// The audit trail of `parked skip` and `parked retry`: who (the database role, session_user), when
+// services: postgres, kafka, moto
+// The audit trail of `parked skip` and `parked retry`: who (the database role, session_user, and the
+// operator: --operator, the AWS caller identity from STS when AWS credentials are set, else the OS
+// user), when
 // and why (--reason) stored with each row and in the CLI's structured log line, and for a retried
 // row carried to the sent table once it is sent; rows named that the command did not act on
 // (unknown, pending, retrying, skipped) listed by id with why, exit 1, the others acted on all the
@@ -8,14 +10,19 @@
 // processes of the CLI. Argument checking and the text output: operator-commands.test.ts.
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
+import { hostname, userInfo } from 'node:os';
+import { GetCallerIdentityCommand, STSClient } from '@aws-sdk/client-sts';
 import { after, before, describe, it } from 'node:test';
 import type { Sql } from 'postgres';
 import { parseTableName } from '../../src/outbox/identifier.ts';
 import { dropOutbox, loadMigrations, migrate } from '../../src/outbox/migrate.ts';
-import { consumeAll, db, fixture, idsOf, insertEvents, invokeOk as invoke, outboxTableOf as t, runCli, sentTableOf } from './helpers.ts';
+import { AWS_ENDPOINT_URL, consumeAll, db, fixture, idsOf, insertEvents, invokeOk as invoke, outboxTableOf as t, runCli, sentTableOf } from './helpers.ts';
 
 let sql: Sql;
 let role: string;
+/** who runs a command when no --operator is given and no AWS credentials are set */
+const osUser = `${userInfo().username}@${hostname()}`;
+const awsEnv = { AWS_ENDPOINT_URL, AWS_REGION: 'us-east-1', AWS_ACCESS_KEY_ID: 'test', AWS_SECRET_ACCESS_KEY: 'test' };
 before(async () => {
   sql = db();
   const [me] = await sql<{ role: string }[]>`SELECT session_user::text AS role`;
@@ -34,16 +41,18 @@ interface Audit {
   skipped_at: Date | null;
   skipped_by: string | null;
   skipped_reason: string | null;
+  skipped_operator: string | null;
   retried_at: Date | null;
   retried_by: string | null;
   retried_reason: string | null;
+  retried_operator: string | null;
   parked: boolean;
   attempts: number;
 }
 
 async function audit(table: string, id: string): Promise<Audit> {
   const [row] = await sql.unsafe<Audit[]>(
-    `SELECT skipped_at, skipped_by, skipped_reason, retried_at, retried_by, retried_reason, parked_at IS NOT NULL AS parked, attempts FROM ${t(table)} WHERE id = $1`,
+    `SELECT skipped_at, skipped_by, skipped_reason, skipped_operator, retried_at, retried_by, retried_reason, retried_operator, parked_at IS NOT NULL AS parked, attempts FROM ${t(table)} WHERE id = $1`,
     [id],
   );
   assert.ok(row, `row ${id}`);
@@ -145,24 +154,67 @@ describe('parked retry: who, when and why, after the row is sent too', () => {
 
     const res = await runCli(['parked', 'retry', good!, poison!, '--reason', 'ACL granted (OPS-9)'], f.env);
     assert.equal(res.code, 0, res.stderr);
-    const s = res.summary as { retried: string[]; by: string; at: string };
-    assert.deepEqual([s.retried, s.by], [[good, poison], role]);
+    const s = res.summary as { retried: string[]; by: string; operator: string; at: string };
+    assert.deepEqual([s.retried, s.by, s.operator], [[good, poison], role, osUser]);
     assert.deepEqual(logLine(res.stderr, 'parked retry: done').retried, [good, poison]);
     const a = await audit(f.table, good!);
-    assert.deepEqual([a.retried_by, a.retried_reason, a.retried_at?.toISOString(), a.parked, a.attempts], [role, 'ACL granted (OPS-9)', s.at, false, 0]);
+    assert.deepEqual([a.retried_by, a.retried_operator, a.retried_reason, a.retried_at?.toISOString(), a.parked, a.attempts], [role, osUser, 'ACL granted (OPS-9)', s.at, false, 0]);
 
     // the good row is sent (moved to the sent table, its record with it); the poison row is
     // parked again at its first failed attempt
     assert.equal((await invoke({ ...f.env, OUTBOX_MAX_ATTEMPTS: '1' })).published, 1);
     assert.deepEqual(idsOf(await consumeAll([f.topic('order')], 1)), [good]);
-    const [sent] = await sql.unsafe<Array<{ retried_at: Date | null; retried_by: string | null; retried_reason: string | null }>>(`SELECT retried_at, retried_by, retried_reason FROM ${sentTableOf(f.table)} WHERE id = $1`, [good!]);
-    assert.deepEqual([sent?.retried_by, sent?.retried_reason, sent?.retried_at?.toISOString()], [role, 'ACL granted (OPS-9)', s.at]);
+    const [sent] = await sql.unsafe<Array<{ retried_at: Date | null; retried_by: string | null; retried_operator: string | null; retried_reason: string | null }>>(
+      `SELECT retried_at, retried_by, retried_operator, retried_reason FROM ${sentTableOf(f.table)} WHERE id = $1`,
+      [good!],
+    );
+    assert.deepEqual([sent?.retried_by, sent?.retried_operator, sent?.retried_reason, sent?.retried_at?.toISOString()], [role, osUser, 'ACL granted (OPS-9)', s.at]);
 
     const list = await runCli(['parked', 'list'], f.env);
     assert.equal(list.code, 0, list.stderr);
-    assert.ok(list.stdout.includes(`    retried before: ${s.at} by ${role}: ACL granted (OPS-9)\n`), list.stdout);
-    const [json] = JSON.parse((await runCli(['parked', 'list', '--json'], f.env)).stdout) as Array<{ id: string; retried_by: string; retried_reason: string }>;
-    assert.deepEqual([json?.id, json?.retried_by, json?.retried_reason], [poison, role, 'ACL granted (OPS-9)']);
+    assert.ok(list.stdout.includes(`    retried before: ${s.at} by ${role} (operator ${osUser}): ACL granted (OPS-9)\n`), list.stdout);
+    const [json] = JSON.parse((await runCli(['parked', 'list', '--json'], f.env)).stdout) as Array<{ id: string; retried_by: string; retried_operator: string; retried_reason: string }>;
+    assert.deepEqual([json?.id, json?.retried_by, json?.retried_operator, json?.retried_reason], [poison, role, osUser, 'ACL granted (OPS-9)']);
+  });
+});
+
+describe('who ran the command, beside the database role (an operator using the relay\'s own secret is not the relay)', () => {
+  it('--operator as given; else the AWS caller identity when AWS credentials are set (STS GetCallerIdentity, on the emulator); else the OS user: stored with the row, printed and logged', async () => {
+    const f = await fixture(sql, 'auditwho');
+    const [named, aws, os, retried] = await insertEvents(sql, f.table, ['N', 'A', 'O', 'R'].map((a) => ({ aggregateid: a })));
+    await park(f.table, [named!, aws!, os!, retried!]);
+    const sts = new STSClient({ endpoint: AWS_ENDPOINT_URL, region: 'us-east-1', credentials: { accessKeyId: 'test', secretAccessKey: 'test' } });
+    const arn = (await sts.send(new GetCallerIdentityCommand({}))).Arn!;
+    sts.destroy();
+    assert.match(arn, /^arn:aws:/);
+
+    const cases: Array<[string, string[], Record<string, string>, string]> = [
+      [named!, ['--operator', 'alice@example.com'], awsEnv, 'alice@example.com'],
+      [aws!, [], awsEnv, arn],
+      [os!, [], {}, osUser],
+    ];
+    for (const [id, args, env, expected] of cases) {
+      const res = await runCli(['parked', 'skip', id, '--reason', 'obsolete', ...args], { ...f.env, ...env });
+      assert.equal(res.code, 0, res.stderr);
+      assert.equal((res.summary as { operator: string }).operator, expected);
+      assert.equal(logLine(res.stderr, 'parked skip: done').operator, expected);
+      const a = await audit(f.table, id);
+      assert.deepEqual([a.skipped_by, a.skipped_operator], [role, expected]);
+    }
+    const res = await runCli(['parked', 'retry', retried!, '--reason', 'fixed'], { ...f.env, ...awsEnv });
+    assert.equal(res.code, 0, res.stderr);
+    assert.equal((await audit(f.table, retried!)).retried_operator, arn);
+  });
+
+  it('AWS credentials set but their identity unreadable (STS unreachable): refused before anything changes, saying to name the operator with --operator', async () => {
+    const f = await fixture(sql, 'auditnowho');
+    const [id] = await insertEvents(sql, f.table, [{ aggregateid: 'A' }]);
+    await park(f.table, [id!]);
+    const res = await runCli(['parked', 'skip', id!, '--reason', 'obsolete'], { ...f.env, ...awsEnv, AWS_ENDPOINT_URL: 'http://127.0.0.1:1' });
+    assert.equal(res.code, 1);
+    assert.match(res.stderr, /AWS credentials are set, but who they belong to could not be read \(STS GetCallerIdentity: .*\): fix the credentials, or name the operator with --operator NAME/);
+    const a = await audit(f.table, id!);
+    assert.deepEqual([a.skipped_at, a.parked], [null, true]);
   });
 });
 

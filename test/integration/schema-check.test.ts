@@ -121,6 +121,30 @@ describe('checkTables: the grants the mode needs', () => {
     }
   });
 
+  it('G8 (G2): a role granted UPDATE on some columns of the outbox only fails before claiming, naming the columns it lacks and the GRANT of exactly those; granted, it relays and records a failed row', async () => {
+    const f = await fixture(sql, 'somecols');
+    const t = qualified(parseTableName(f.table));
+    const sent = sentTableOf(f.table);
+    const role = await createRole([`GRANT SELECT, DELETE ON ${t} TO {role}`, `GRANT UPDATE (attempts, next_attempt_at) ON ${t} TO {role}`, `GRANT SELECT, INSERT, DELETE ON ${sent} TO {role}`, READ_MIGRATIONS]);
+    try {
+      // two rows to send, and one that fails (an illegal topic): recording it needs the UPDATE of last_error and parked_at
+      await insertEvents(sql, f.table, [{ aggregateid: 'a' }, { aggregateid: 'b' }, { aggregateid: 'c', topic: `${f.prefix}.illegal!` }]);
+      const env = role.env(f, { OUTBOX_MAX_ATTEMPTS: '1' });
+      const lacking = 'last_error, parked_at, waiting';
+      await refused(env, [
+        `the database role ${role.name} has UPDATE on some columns of the outbox table ${t} only, and lacks it on last_error, parked_at and waiting`,
+        `: GRANT UPDATE (${lacking}) ON ${t} TO ${role.name}`,
+      ]);
+      await untouched(f, 3);
+
+      await admin.unsafe(`GRANT UPDATE (${lacking}) ON ${t} TO ${role.name}`);
+      const s = await invoke(env);
+      assert.deepEqual([s.published, s.parked], [2, 1], JSON.stringify(s));
+    } finally {
+      await role.drop();
+    }
+  });
+
   it('G8: a role that may not read outbox_relay_migrations, and lacks UPDATE too: one failure before claiming names both GRANTs', async () => {
     const f = await fixture(sql, 'nomigread');
     const t = qualified(parseTableName(f.table));

@@ -7,14 +7,17 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import postgres, { type Sql } from 'postgres';
-import { Deadline, MIN_SAFETY_MARGIN_MS } from '../../src/budget.ts';
+import { BUDGET, Deadline, MIN_SAFETY_MARGIN_MS } from '../../src/budget.ts';
 import { loadConfig } from '../../src/config.ts';
 import { BrokerUnavailableError, DatabaseError } from '../../src/errors.ts';
 import { createLogger } from '../../src/log.ts';
+import { backlog, UnconfirmedRollbackError } from '../../src/outbox/admin.ts';
+import { CLIENT_OPTIONS } from '../../src/outbox/client.ts';
 import { migrate } from '../../src/outbox/migrate.ts';
 import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
 import { OutboxStore } from '../../src/outbox/store.ts';
 import { Runtime } from '../../src/runtime.ts';
+import { startPgProxy } from './pg-proxy.ts';
 import { ADMIN_DATABASE_URL, DATABASE_URL, consumeAll, db, fixture, insertEvents, sentTableOf, topicCount, uniqueName } from './helpers.ts';
 
 let sql: Sql;
@@ -188,6 +191,49 @@ describe('a transaction is ended by the server, never by forgetting it', () => {
     assert.equal(await count(sent), 0, 'no row reached the sent table');
     assert.equal(await count(t), 2);
   });
+});
+
+describe('the backlog read (status, the metrics) ends its read-only transaction confirmed', () => {
+  for (const [how, fault] of [
+    ['is not answered (its answer held back by a proxy)', 'hold'],
+    ['fails (a proxy closes the connection as it passes)', 'drop'],
+  ] as const) {
+    it(`G7: when its ROLLBACK ${how}, the connection is never released: the client is ended within the rollback grace, and the server is left with no transaction`, { timeout: 60_000 }, async () => {
+      const { name } = await table('tx_backlog');
+      await insertEvents(sql, name, [{ aggregateid: 'a' }]);
+      const proxy = await startPgProxy({
+        listenPort: 0,
+        targetPort: Number(new URL(DATABASE_URL).port || 5432),
+        onStatement: (text, connection) => {
+          if (text.trim().toUpperCase() !== 'ROLLBACK') return undefined;
+          if (fault === 'drop') return 'drop';
+          connection.holdAnswers();
+          return undefined;
+        },
+      });
+      const url = new URL(DATABASE_URL);
+      url.port = String(proxy.port);
+      const appName = `relay-${name}`;
+      const client = postgres(url.toString(), { max: 1, ...CLIENT_OPTIONS, onnotice: () => undefined, connection: { application_name: appName } });
+      try {
+        const deadline = new Deadline(Date.now() + 15_000);
+        const started = Date.now();
+        await assert.rejects(backlog(client, parseTableName(name), deadline), (err: unknown) => {
+          assert.ok(err instanceof UnconfirmedRollbackError, `not confirmed, and said so: ${String(err)}`);
+          return true;
+        });
+        const spent = Date.now() - started;
+        assert.ok(spent <= BUDGET.rollbackGraceMs.max + 1_000, `gave up within the rollback grace, not at the deadline: ${spent} ms`);
+        // the client was ended: nothing runs on it any more (a released connection would take this)
+        const next = await Promise.race([client`SELECT 1`.then(() => 'answered', () => 'refused'), new Promise((r) => setTimeout(r, 3_000, 'waiting'))]);
+        assert.equal(next, 'refused');
+      } finally {
+        await client.end({ timeout: 1 }).catch(() => undefined);
+        await proxy.close();
+      }
+      await until('the server ended the backend', () => backendsGone(appName));
+    });
+  }
 });
 
 describe('G5: how far past the deadline a failure runs (OUTBOX_SAFETY_MARGIN_MS\'s minimum)', () => {

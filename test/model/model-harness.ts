@@ -784,7 +784,7 @@ export class World {
       case 'skip': {
         const id = await this.pickRow('parked_at IS NOT NULL', a.pick);
         if (!id) return;
-        const ids = (await skipParked(this.sql, this.tableName, { ids: [id], reason: 'model', dryRun: false, policy: this.policy })).actedOn;
+        const ids = (await skipParked(this.sql, this.tableName, { ids: [id], reason: 'model', operator: 'model', dryRun: false, policy: this.policy })).actedOn;
         for (const s of ids) this.skipped.add(s);
         this.log(`parked skip ${this.label(id)}: ${ids.length} skipped`);
         return;
@@ -792,7 +792,7 @@ export class World {
       case 'retry': {
         const id = a.pick === 'all' ? undefined : await this.pickRow('parked_at IS NOT NULL', a.pick);
         if (a.pick !== 'all' && !id) return;
-        const ids = (await retryParked(this.sql, this.tableName, { ids: id ? [id] : null, reason: 'model', dryRun: false, policy: this.policy })).actedOn;
+        const ids = (await retryParked(this.sql, this.tableName, { ids: id ? [id] : null, reason: 'model', operator: 'model', dryRun: false, policy: this.policy })).actedOn;
         this.log(`parked retry ${a.pick === 'all' ? '--all' : this.label(id!)}: ${ids.map((x) => this.label(x)).join(',') || 'none'}`);
         return;
       }

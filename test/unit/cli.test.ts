@@ -41,6 +41,8 @@ describe('parseCommand: every command with its defaults and options', () => {
       [['parked', 'retry', ID, '--reason', 'topic fixed'], { name: 'parked retry', ids: [ID], reason: 'topic fixed', dryRun: false }],
       [['parked', 'retry', '--all', '--reason=ACL granted (OPS-12)', '--dry-run'], { name: 'parked retry', ids: null, reason: 'ACL granted (OPS-12)', dryRun: true }],
       [['parked', 'skip', '--dry-run', ID, '--reason', ' obsolete event ', ID2], { name: 'parked skip', ids: [ID, ID2], reason: 'obsolete event', dryRun: true }],
+      [['parked', 'skip', ID, '--reason', 'x', '--operator', ' alice@example.com '], { name: 'parked skip', ids: [ID], reason: 'x', dryRun: false, operator: 'alice@example.com' }],
+      [['parked', 'retry', '--all', '--reason', 'x', '--operator=bob'], { name: 'parked retry', ids: null, reason: 'x', dryRun: false, operator: 'bob' }],
     ];
     for (const [argv, expected] of cases) assert.deepEqual(parseCommand(argv), expected, argv.join(' '));
   });
@@ -66,6 +68,8 @@ describe('parseCommand: usage errors (exit 2), each with the help of the command
       // a flag where the reason was to be: refused rather than taken as the reason
       [['parked', 'skip', ID, '--reason', '--dry-run'], /Option '--reason' argument is ambiguous/, SKIP_HELP],
       [['parked', 'skip', ID, '--reason', 'a', '--reason', 'b'], /^--reason given 2 times; give it once/, SKIP_HELP],
+      [['parked', 'skip', ID, '--reason', 'a', '--operator', ' '], /^--operator must not be empty/, SKIP_HELP],
+      [['parked', 'retry', ID, '--reason', 'a', '--operator', 'x'.repeat(201)], /^--operator is 201 characters long, at most 200/, RETRY_HELP],
       [['parked', 'skip', ID, '--reason', 'x'.repeat(MAX_REASON_CHARS + 1)], new RegExp(`^--reason is ${MAX_REASON_CHARS + 1} characters long, at most ${MAX_REASON_CHARS}`), SKIP_HELP],
     ];
     for (const [argv, message, help] of cases) {
@@ -136,8 +140,8 @@ describe('help', () => {
       schedule: ['--every MS', '--timeout MS', '--max N'],
       status: ['--json', '--timeout MS'],
       'parked list': ['--limit N', '--json'],
-      'parked retry': ['--all', '--reason TEXT', '--dry-run'],
-      'parked skip': ['--reason TEXT', '--dry-run'],
+      'parked retry': ['--all', '--reason TEXT', '--operator NAME', '--dry-run'],
+      'parked skip': ['--reason TEXT', '--operator NAME', '--dry-run'],
     };
     for (const [name, opts] of Object.entries(options)) {
       const words = name.split(' ');

@@ -61,15 +61,16 @@ describe('operatorReport: what parked retry|skip prints and exits with', () => {
   const result: OperatorResult = {
     actedOn: [id(1)],
     notActedOn: [{ id: id(2), state: 'pending', why: 'not parked: pending (it has not failed)' }],
-    by: 'alice',
+    by: 'relay',
+    operator: 'alice@laptop',
     at: T,
   };
 
-  it('every row acted on: exit 0, nothing on stderr; the JSON names who, when, why', () => {
+  it('every row acted on: exit 0, nothing on stderr; the JSON names who (the database role and the operator), when, why', () => {
     const r = operatorReport('skip', { reason: 'obsolete', dryRun: false }, { ...result, notActedOn: [] });
     assert.equal(r.code, 0);
     assert.equal(r.text, '');
-    assert.deepEqual(r.json, { skipped: [id(1)], notSkipped: [], dryRun: false, reason: 'obsolete', by: 'alice', at: '2026-12-01T10:00:00.000Z' });
+    assert.deepEqual(r.json, { skipped: [id(1)], notSkipped: [], dryRun: false, reason: 'obsolete', by: 'relay', operator: 'alice@laptop', at: '2026-12-01T10:00:00.000Z' });
   });
 
   it('a row not acted on: exit 1, listed on stderr by id with why; the rows acted on are still reported', () => {
@@ -83,7 +84,7 @@ describe('operatorReport: what parked retry|skip prints and exits with', () => {
   it('a dry run: `wouldSkip`, never `skipped` (a script cannot mistake it for the real run), and the exit the real run would have', () => {
     const r = operatorReport('skip', { reason: 'obsolete', dryRun: true }, result);
     assert.equal(r.code, 1);
-    assert.deepEqual(Object.keys(r.json), ['wouldSkip', 'notSkipped', 'dryRun', 'reason', 'by', 'at']);
+    assert.deepEqual(Object.keys(r.json), ['wouldSkip', 'notSkipped', 'dryRun', 'reason', 'by', 'operator', 'at']);
     assert.equal(r.json.dryRun, true);
     assert.match(r.text, /^outbox-relay: dry run: 1 of 2 rows named would not be skipped:\n/);
   });

@@ -118,6 +118,7 @@ function parked(over: Partial<ParkedRow> = {}): ParkedRow {
     retried_at: null,
     retried_by: null,
     retried_reason: null,
+    retried_operator: null,
     ...over,
   };
 }
@@ -138,8 +139,8 @@ describe('parked list and status as text', () => {
   });
 
   it('a row put back before shows who did it, when and why (escaped too)', () => {
-    const text = parkedListText([parked({ retried_at: new Date('2026-12-01T09:30:00Z'), retried_by: 'alice', retried_reason: 'ACL fixed\n(OPS-1)' })]);
-    assert.deepEqual(text.split('\n').slice(2), ['    retried before: 2026-12-01T09:30:00.000Z by alice: ACL fixed\\n(OPS-1)', '']);
+    const text = parkedListText([parked({ retried_at: new Date('2026-12-01T09:30:00Z'), retried_by: 'relay', retried_operator: 'alice\x1b[2J', retried_reason: 'ACL fixed\n(OPS-1)' })]);
+    assert.deepEqual(text.split('\n').slice(2), ['    retried before: 2026-12-01T09:30:00.000Z by relay (operator alice\\x1b[2J): ACL fixed\\n(OPS-1)', '']);
     assert.equal(parkedListText([]), 'no parked rows\n');
   });
 

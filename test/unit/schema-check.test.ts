@@ -28,6 +28,9 @@ function facts(over: Partial<SchemaFacts> = {}): SchemaFacts {
     sent_insert: true,
     sent_select: true,
     sent_delete: true,
+    outbox_select_lacking: [],
+    outbox_update_lacking: [],
+    sent_insert_lacking: [],
     migrations_table: 'outbox_relay_migrations',
     migrations_readable: true,
     versions: [1, 2, 3],
@@ -57,6 +60,22 @@ describe('schemaProblems: migrations', () => {
     assert.deepEqual(problems({ migrations_readable: false, versions: null }), [
       'the database role relay may not read outbox_relay_migrations, where `outbox-relay migrate` records the migrations of each outbox table, and which the relay reads to know that the schema is the one it was built for: GRANT SELECT ON outbox_relay_migrations TO relay',
     ]);
+  });
+});
+
+describe('schemaProblems: privileges granted on some columns only', () => {
+  it('UPDATE on some columns of the outbox: names the columns it lacks and the GRANT of exactly those', () => {
+    assert.deepEqual(problems({ outbox_update_lacking: ['last_error', 'waiting'] }), [
+      'the database role relay has UPDATE on some columns of the outbox table "outbox" only, and lacks it on last_error and waiting ' +
+        '(UPDATE: claims lock rows FOR UPDATE, and failed attempts, backoff, parking and the waiting marks are UPDATEs): GRANT UPDATE (last_error, waiting) ON "outbox" TO relay',
+    ]);
+  });
+
+  it('SELECT on the outbox and INSERT on the sent table likewise; none of it said again when the privilege is missing on the whole table', () => {
+    const [select, insert] = problems({ outbox_select_lacking: ['payload'], sent_insert_lacking: ['headers', 'retried_by'] });
+    assert.match(select!, /^the database role relay has SELECT on some columns of the outbox table "outbox" only, and lacks it on payload \(SELECT: .*\): GRANT SELECT \(payload\) ON "outbox" TO relay$/);
+    assert.match(insert!, /^the database role relay has INSERT on some columns of the sent table "outbox_sent" only, and lacks it on headers and retried_by .*: GRANT INSERT \(headers, retried_by\) ON "outbox_sent" TO relay$/);
+    assert.equal(problems({ outbox_update: false, outbox_update_lacking: ['attempts', 'last_error', 'next_attempt_at', 'parked_at', 'waiting'] }).length, 1);
   });
 });
 

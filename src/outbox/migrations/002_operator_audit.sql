@@ -8,6 +8,8 @@
 -- OUTBOX_RETAIN_SKIPPED_MS.
 ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS skipped_by     text;
 ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS skipped_reason text;
+-- who ran the command (--operator, the AWS caller identity or the OS user): the role may be the relay's own
+ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS skipped_operator text;
 
 -- retried_*: the last time an operator put the row back to pending (a retry resets attempts and
 -- last_error, so without these nothing would say it was ever parked). A retried row is then sent:
@@ -15,7 +17,9 @@ ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS skipped_reason text;
 ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS retried_at     timestamptz;
 ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS retried_by     text;
 ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS retried_reason text;
+ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS retried_operator text;
 
 ALTER TABLE {{sent_table}} ADD COLUMN IF NOT EXISTS retried_at     timestamptz;
 ALTER TABLE {{sent_table}} ADD COLUMN IF NOT EXISTS retried_by     text;
 ALTER TABLE {{sent_table}} ADD COLUMN IF NOT EXISTS retried_reason text;
+ALTER TABLE {{sent_table}} ADD COLUMN IF NOT EXISTS retried_operator text;
