@@ -236,7 +236,7 @@ describe('waiting marks', () => {
     for (const a of ['S', 'T']) assert.ok(isSorted(order.get(a)!) && order.get(a)!.length === 3, `${a}: ${order.get(a)!.join(',')}`);
   });
 
-  it('G5: the waiting-mark pass stops within its budget: with more rows to mark than the deadline allows, it returns before the deadline after whole chunks, leaves the client usable, and the next pass goes on where it stopped', async () => {
+  it('G5: the waiting-mark pass stops within its budget: with more rows to mark than the deadline allows, it returns before the deadline after whole chunks, leaves the client usable, and the next pass goes on where it stopped', async (ctx) => {
     const f = await fixture(sql, 'wait_budget');
     const t = qualified(parseTableName(f.table));
     await insertEvents(sql, f.table, [{ aggregateid: 'BIG', type: 'B0' }]);
@@ -247,6 +247,7 @@ describe('waiting marks', () => {
     const deadline = new Deadline(Date.now() + 1_500);
     const marked = await store.markWaiting(deadline);
     const left = deadline.remaining();
+    ctx.diagnostic(`marked ${marked} of ${behind} rows (${marked / 10_000} chunks) in a 1,500 ms budget, returned ${left} ms before the deadline`);
     assert.ok(left > 0, "returned at or past its deadline");
     assert.equal(store.poisoned, false, 'no chunk was cut at the deadline (that abandons the client)');
     assert.ok(marked > 0 && marked < behind && marked % 10_000 === 0, `whole chunks, not all of them: ${marked}`);
