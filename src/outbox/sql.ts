@@ -340,7 +340,8 @@ usable AS (
               ELSE has_schema_privilege((SELECT oid FROM pg_namespace WHERE nspname = n.schema), 'USAGE') END AS schema_usage
   FROM name n
 ),
-rel AS (
+-- materialized: inlined, the column checks' lookup by r.outbox ran to_regclass where USAGE is lacking
+rel AS MATERIALIZED (
   SELECT u.*,
          CASE WHEN u.schema_usage THEN to_regclass($1) END AS outbox,
          CASE WHEN u.schema_usage THEN to_regclass($2) END AS sent,
