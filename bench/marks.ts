@@ -10,9 +10,8 @@ import type { Sql } from 'postgres';
 import { parseTableName, qualified, sentTable } from '../src/outbox/identifier.ts';
 import * as q from '../src/outbox/sql.ts';
 import { DEFAULT_CLAIM_BYTES } from '../src/outbox/store.ts';
-import type { PruneTarget } from '../src/loop/ports.ts';
 import { CpuMeter } from './cpu.ts';
-import { markInPlaceSql } from './sql.ts';
+import { markInPlaceSql, pruneInPlaceSql } from './sql.ts';
 
 export interface MarksBenchContext {
   sql: Sql;
@@ -29,7 +28,8 @@ interface Option {
   label: string;
   why: string;
   mark(t: string, sent: string): string;
-  prune: PruneTarget[];
+  /** the retention statements that delete what it marked ($1: window in ms, $2: chunk rows) */
+  prune(t: string, sent: string): string[];
   /** extra DDL before the run */
   setup?(sent: string): string;
 }
@@ -39,13 +39,13 @@ const OPTIONS: Option[] = [
     label: 'mark in place (UPDATE sent_at)',
     why: 'keep mode before the sent table',
     mark: (t) => markInPlaceSql(t),
-    prune: ['legacy-sent'],
+    prune: (t) => [pruneInPlaceSql(t)],
   },
   {
     label: 'move to the sent table',
     why: 'keep mode (the default)',
     mark: (t, sent) => q.moveSentSql(t, sent),
-    prune: ['sent'],
+    prune: (t, sent) => [q.pruneSql(t, sent, 'sent')],
   },
   {
     label: 'move, without the payload',
@@ -59,13 +59,13 @@ WITH moved AS (
 )
 INSERT INTO ${sent} (id, aggregatetype, aggregateid, type, seq, created_at, sent_at, attempts)
 SELECT id, aggregatetype, aggregateid, type, seq, created_at, now(), attempts FROM moved`,
-    prune: ['sent'],
+    prune: (t, sent) => [q.pruneSql(t, sent, 'sent')],
   },
   {
     label: 'delete',
     why: 'OUTBOX_SENT_ROWS=delete: nothing kept',
     mark: (t) => q.deleteSentSql(t),
-    prune: [],
+    prune: () => [],
   },
 ];
 
@@ -116,8 +116,7 @@ async function lifeOf(ctx: MarksBenchContext, o: Option, run: number): Promise<R
     await ctx.sql.unsafe(`VACUUM ${sent}`);
   });
   out.prune = await measure(ctx, async () => {
-    for (const what of o.prune) {
-      const text = q.pruneSql(t, sent, what);
+    for (const text of o.prune(t, sent)) {
       // a 0 ms window: everything sent before this statement's transaction began
       while ((await ctx.sql.unsafe(text, [0, 5_000])).count === 5_000);
     }

@@ -19,10 +19,23 @@ FOR UPDATE SKIP LOCKED`;
 
 /**
  * How pre-release versions, before the sent table, marked a row sent (in place of moveSentSql): a
- * second version of the row, in place. Retention's `legacy-sent` chunk deletes such rows.
+ * second version of the row, in place. pruneInPlaceSql deletes such rows.
  */
 export function markInPlaceSql(t: string): string {
   return `
 UPDATE ${t} SET sent_at = now(), last_error = NULL
 WHERE seq = ANY($1::bigint[]) AND sent_at IS NULL`;
+}
+
+/** Retention of rows marked sent in place (markInPlaceSql), one chunk, as pre-release versions pruned them. */
+export function pruneInPlaceSql(t: string): string {
+  return `
+DELETE FROM ${t}
+WHERE seq IN (
+  SELECT seq FROM ${t}
+  WHERE sent_at IS NOT NULL AND sent_at < now() - $1 * interval '1 millisecond'
+  ORDER BY sent_at
+  LIMIT $2
+  FOR UPDATE SKIP LOCKED
+)`;
 }

@@ -8,10 +8,10 @@ import type { MessageRejectedError, RelayError } from '../errors.ts';
 import type { Failure } from './settlement.ts';
 
 /**
- * Where retention deletes old rows (src/outbox/sql.ts pruneSql): the sent table, sent rows left in
- * the outbox by pre-release versions, before the sent table,, and skipped rows.
+ * Where retention deletes old rows (src/outbox/sql.ts pruneSql): the sent table, and skipped rows
+ * in the outbox.
  */
-export type PruneTarget = 'sent' | 'legacy-sent' | 'skipped';
+export type PruneTarget = 'sent' | 'skipped';
 
 export interface ClaimedRow extends OutboxRow {
   /** false: an earlier unsent row of its aggregate is outside this claim, so this one is held back (G4) */

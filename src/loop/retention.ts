@@ -20,12 +20,12 @@ import type { PruneTarget, Store } from './ports.ts';
 /** rows per chunk: one short transaction each (a few tens of milliseconds) */
 export const PRUNE_CHUNK_ROWS = 5_000;
 
-/** sent rows first (they are nearly all of them), then the few left by older versions, then skipped ones */
-const PRUNE_TARGETS: readonly PruneTarget[] = ['sent', 'legacy-sent', 'skipped'];
+/** sent rows first (they are nearly all of them), then skipped ones */
+const PRUNE_TARGETS: readonly PruneTarget[] = ['sent', 'skipped'];
 
 /** How long each kind of row is kept, in ms; 0 keeps them forever. */
 export interface RetentionWindows {
-  /** sent rows (OUTBOX_RETAIN_SENT_MS): in the sent table, and those left in the outbox by older versions */
+  /** sent rows (OUTBOX_RETAIN_SENT_MS), in the sent table */
   sentMs: number;
   /** skipped rows (OUTBOX_RETAIN_SKIPPED_MS), with their audit record */
   skippedMs: number;
@@ -77,7 +77,6 @@ export class Retention {
 
 const PLACES: Record<PruneTarget, string> = {
   sent: 'the sent table',
-  'legacy-sent': 'the rows left marked sent in the outbox by pre-release versions, before the sent table,',
   skipped: 'the skipped rows in the outbox',
 };
 

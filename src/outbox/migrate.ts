@@ -31,15 +31,12 @@ export function render(sqlText: string, table: TableName): string {
     pkey: derivedName(table, 'pkey'),
     seq_key: derivedName(table, 'seq_key'),
     headers_check: derivedName(table, 'headers_check'),
+    size_check: derivedName(table, 'size_check'),
     idx_claim: derivedName(table, 'claim_idx'),
     idx_aggregate: derivedName(table, 'aggregate_idx'),
-    idx_sent: derivedName(table, 'sent_idx'),
     idx_retry: derivedName(table, 'retry_idx'),
     idx_skipped: derivedName(table, 'skipped_idx'),
     idx_waiting: derivedName(table, 'waiting_idx'),
-    // DROP INDEX names an index by its schema, not by its table's
-    idx_claim_qualified: inSchema(table, derivedName(table, 'claim_idx')),
-    idx_retry_qualified: inSchema(table, derivedName(table, 'retry_idx')),
     // a function lives in a schema: the table's, or (unqualified, like the table) the search_path's
     notify_fn: inSchema(table, derivedName(table, 'notify')),
     notify_trigger: derivedName(table, 'notify'),
@@ -51,7 +48,7 @@ export function render(sqlText: string, table: TableName): string {
     sent_table: qualified(sentTable(table)),
     idx_sent_table: derivedName(sentTable(table), 'sent_at_idx'),
   };
-  // the same names as string literals, for statements that build SQL (002's ALTER FUNCTION)
+  // the same names as string literals, for statements that build SQL (the ALTER FUNCTION of the search_path)
   for (const key of ['table', 'notify_fn', 'unwait_fn']) names[`${key}_literal`] = quoteLiteral(names[key]!);
   return sqlText.replace(/\{\{(\w+)\}\}/g, (_, key: string) => {
     const v = names[key];

@@ -78,7 +78,7 @@ export class OutboxStore implements Store, BatchStatements, SideStatements {
     this.markText = sentRows === 'delete' ? q.deleteSentSql(this.table) : q.moveSentSql(this.table, this.sentTable);
     this.whyEmptyText = q.whyEmptySql(this.table, policy);
     const prune = (what: PruneTarget) => q.pruneSql(this.table, this.sentTable, what);
-    this.pruneText = { sent: prune('sent'), 'legacy-sent': prune('legacy-sent'), skipped: prune('skipped') };
+    this.pruneText = { sent: prune('sent'), skipped: prune('skipped') };
     this.newestText = q.newestPendingSql(this.table);
     this.payloadsText = q.payloadsSql(this.table);
     this.markWaitingText = q.markWaitingSql(this.table, policy);

@@ -157,8 +157,8 @@ describe('claim plan', () => {
     // the waiting rows' index: read once for its first entry (does any row wait?), then probed
     // once per claimed aggregate (100 clean ones), for a stale mark below its rows: marks are not
     // trusted to be cleared on time, so while any row waits, every claimed aggregate is looked at
-    const waitingReads = subtree('CTE quick').filter((n) => n['Index Name'] === `${table}_waiting_idx`);
-    assert.equal(waitingReads.length, 2, `the quick check's reads of the waiting index: ${shape(subtree('CTE quick'))}`);
+    const waitingReads = subtree('CTE gap').filter((n) => n['Index Name'] === `${table}_waiting_idx`);
+    assert.equal(waitingReads.length, 2, `the quick check's reads of the waiting index: ${shape(subtree('CTE gap'))}`);
     assert.deepEqual(
       waitingReads.map((n) => n['Actual Loops']),
       [1, 100],

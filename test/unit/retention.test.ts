@@ -38,7 +38,7 @@ describe('Retention.run', () => {
   it('a sent table refused (missing, or no privilege) is warned about once, and the outbox\'s places are still pruned', async () => {
     for (const err of [refused('42501', 'permission denied for table outbox_sent'), refused('42P01', 'relation "outbox_sent" does not exist')]) {
       const { deleted, calls, logged } = await run({ sent: err }, { skipped: 7 });
-      assert.deepEqual(calls, ['sent', 'legacy-sent', 'skipped']);
+      assert.deepEqual(calls, ['sent', 'skipped']);
       assert.equal(deleted, 7);
       assert.equal(logged.length, 1);
       assert.equal(logged[0]!.level, 'warn');
@@ -49,9 +49,9 @@ describe('Retention.run', () => {
 
   it('every place refused: one warning each', async () => {
     const err = refused('42501', 'permission denied');
-    const { calls, logged } = await run({ sent: err, 'legacy-sent': err, skipped: err });
-    assert.deepEqual(calls, ['sent', 'legacy-sent', 'skipped']);
-    assert.deepEqual(logged.map((l) => l.fields?.target), ['sent', 'legacy-sent', 'skipped']);
+    const { calls, logged } = await run({ sent: err, skipped: err });
+    assert.deepEqual(calls, ['sent', 'skipped']);
+    assert.deepEqual(logged.map((l) => l.fields?.target), ['sent', 'skipped']);
   });
 
   it('any other failure ends the pass: the deadline (info), a lost connection or an unknown error (warn)', async () => {
@@ -79,20 +79,19 @@ describe('Retention.run', () => {
     } as unknown as Store;
     const logger = { debug() {}, info() {}, warn() {}, error() {}, child: () => logger } as Logger;
     assert.equal(await new Retention(store, { sentMs: 1, skippedMs: 1 }, logger).run(new Deadline(Date.now() + 60_000)), PRUNE_CHUNK_ROWS);
-    assert.deepEqual(calls, ['sent', 'sent', 'legacy-sent', 'skipped']);
+    assert.deepEqual(calls, ['sent', 'sent', 'skipped']);
   });
 
   it('skipped rows are pruned with their own window (OUTBOX_RETAIN_SKIPPED_MS), sent ones with theirs', async () => {
     const { windowsUsed } = await run({}, {}, { sentMs: 86_400_000, skippedMs: 30 * 86_400_000 });
     assert.deepEqual(windowsUsed, [
       ['sent', 86_400_000],
-      ['legacy-sent', 86_400_000],
       ['skipped', 30 * 86_400_000],
     ]);
   });
 
   it('a window of 0 keeps those rows forever: that place is not pruned at all', async () => {
-    assert.deepEqual((await run({}, {}, { sentMs: 60_000, skippedMs: 0 })).calls, ['sent', 'legacy-sent']);
+    assert.deepEqual((await run({}, {}, { sentMs: 60_000, skippedMs: 0 })).calls, ['sent']);
     assert.deepEqual((await run({}, { skipped: 3 }, { sentMs: 0, skippedMs: 60_000 })).calls, ['skipped']);
   });
 });

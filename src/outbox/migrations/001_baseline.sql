@@ -1,6 +1,7 @@
--- The outbox table and everything the relay keeps beside it. One baseline: the migrations written
--- before the first release (001-007) folded into one. From here on, one migration per released
--- change, never edited once released. Idempotent: every statement may run again.
+-- The outbox table and everything the relay keeps beside it, as released in 0.1.0: the migrations
+-- written before the first release folded into one. Never edited once released: from here on, one
+-- additive migration per released change (test/integration/upgrade.test.ts holds every release's
+-- schema to it). Idempotent: every statement may run again.
 -- Placeholders are replaced with quoted identifiers by migrate.ts; nothing else is substituted.
 -- docs/schema.md explains each part; the comments here say why it is shaped so.
 
@@ -16,24 +17,44 @@ CREATE TABLE IF NOT EXISTS {{table}} (
   -- optional per-row topic override and extra Kafka headers (a flat JSON object)
   topic           text,
   headers         jsonb,
+  -- the payload's and the headers' JSON text in bytes, computed once by the INSERT: the claim's
+  -- byte cut adds them up, reading no payload it will not send (docs/schema.md says why stored)
+  payload_bytes   integer     GENERATED ALWAYS AS (octet_length(payload::text)) STORED,
+  headers_bytes   integer     GENERATED ALWAYS AS (octet_length(headers::text)) STORED,
   -- relay order: identity, so it follows insert order, not commit order
   seq             bigint      GENERATED ALWAYS AS IDENTITY,
   created_at      timestamptz NOT NULL DEFAULT now(),
-  -- set only by versions before the sent table (retention still deletes such rows)
+  -- never set: sent rows leave the table (kept in the partial indexes' predicates and statements)
   sent_at         timestamptz,
   attempts        integer     NOT NULL DEFAULT 0,
   next_attempt_at timestamptz NOT NULL DEFAULT '-infinity',
   last_error      text,
   -- parked: gave up after max attempts (or can never be sent); an operator retries or skips it
   parked_at       timestamptz,
-  -- skipped: an operator decided it will never be sent; kept for audit until retention
+  -- skipped: an operator decided it will never be sent; kept for audit until retention, with who
+  -- and why (`outbox-relay parked skip --reason`; the database role is session_user)
   skipped_at      timestamptz,
+  skipped_by      text,
+  skipped_reason  text,
+  -- who ran the command (--operator, the AWS caller identity or the OS user): the role may be the relay's own
+  skipped_operator text,
+  -- the last time an operator put the row back to pending (a retry resets attempts and last_error,
+  -- so without these nothing would say it was ever parked); moved to the sent table with the row
+  retried_at      timestamptz,
+  retried_by      text,
+  retried_reason  text,
+  retried_operator text,
   -- behind a failed row of its aggregate: out of the claim index (the relay sets and clears it;
   -- producers never do, and the default keeps their inserts unchanged)
   waiting         boolean     NOT NULL DEFAULT false,
   CONSTRAINT {{pkey}} PRIMARY KEY (id),
   CONSTRAINT {{seq_key}} UNIQUE (seq),
-  CONSTRAINT {{headers_check}} CHECK (headers IS NULL OR jsonb_typeof(headers) = 'object')
+  CONSTRAINT {{headers_check}} CHECK (headers IS NULL OR jsonb_typeof(headers) = 'object'),
+  -- Every column but the payload has a small bound, refused at INSERT, so that no row takes the
+  -- relay past its memory through them (docs/schema.md). Debezium's outbox columns are
+  -- varchar(255), Kafka's topic names at most 249 characters, headers are a few names and values.
+  CONSTRAINT {{size_check}} CHECK (char_length(aggregatetype) <= 255 AND char_length(aggregateid) <= 255
+    AND char_length(type) <= 255 AND char_length(topic) <= 249 AND headers_bytes <= 65536)
 );
 
 -- The claim: pending rows in seq order. Partial, so sent, parked and waiting rows never enter it.
@@ -59,8 +80,7 @@ CREATE INDEX IF NOT EXISTS {{idx_retry}} ON {{table}} (aggregateid, seq) INCLUDE
 CREATE INDEX IF NOT EXISTS {{idx_waiting}} ON {{table}} (aggregateid, seq)
   WHERE waiting AND sent_at IS NULL AND skipped_at IS NULL;
 
--- Retention: rows marked sent by older versions, and skipped rows (normally a handful).
-CREATE INDEX IF NOT EXISTS {{idx_sent}} ON {{table}} (sent_at) WHERE sent_at IS NOT NULL;
+-- Retention of skipped rows (normally a handful).
 CREATE INDEX IF NOT EXISTS {{idx_skipped}} ON {{table}} (skipped_at) WHERE skipped_at IS NOT NULL;
 
 -- Every row is inserted and deleted once, so the table churns dead tuples quickly; Postgres'
@@ -92,7 +112,11 @@ CREATE TABLE IF NOT EXISTS {{sent_table}} (
   seq           bigint      NOT NULL,
   created_at    timestamptz NOT NULL,
   sent_at       timestamptz NOT NULL,
-  attempts      integer     NOT NULL
+  attempts      integer     NOT NULL,
+  retried_at    timestamptz,
+  retried_by    text,
+  retried_reason text,
+  retried_operator text
 );
 
 -- Retention deletes the oldest first: a b-tree on sent_at (a BRIN index's ranges only widen once
@@ -156,3 +180,18 @@ CREATE TRIGGER {{unwait_update_trigger}} AFTER UPDATE OF attempts, sent_at, skip
         AND (NEW.attempts <= 0 OR NEW.sent_at IS NOT NULL OR NEW.skipped_at IS NOT NULL
              OR NEW.aggregateid IS DISTINCT FROM OLD.aggregateid OR NEW.seq IS DISTINCT FROM OLD.seq))
   EXECUTE FUNCTION {{unwait_fn}}();
+
+-- The trigger functions get a fixed search_path: without one, every unqualified name in their
+-- bodies (the table when OUTBOX_TABLE names no schema, pg_notify, min, the = operator) is looked up
+-- in the path of whoever fires them, who could make them update a table or call a function of
+-- its choosing. pg_catalog first, the table's own schema, pg_temp last (named, so a temporary
+-- table of the same name is not searched first). The schema is known only here, where this
+-- session's search_path found the table: hence the dynamic ALTER FUNCTION.
+DO $search_path$
+DECLARE
+  table_schema text := (SELECT c.relnamespace::regnamespace::text FROM pg_catalog.pg_class c WHERE c.oid = {{table_literal}}::regclass);
+BEGIN
+  EXECUTE pg_catalog.format('ALTER FUNCTION %s() SET search_path = pg_catalog, %s, pg_temp', {{notify_fn_literal}}, table_schema);
+  EXECUTE pg_catalog.format('ALTER FUNCTION %s() SET search_path = pg_catalog, %s, pg_temp', {{unwait_fn_literal}}, table_schema);
+END
+$search_path$;

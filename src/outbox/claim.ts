@@ -1,0 +1,237 @@
+// The claim, one statement, and the two statements that serve it (heldGapsSql, payloadsSql).
+// docs/order-guard.md explains the claim fragment by fragment; each fragment below says why it
+// exists. `{t}` is the validated, quoted table name (identifier.ts); values are bound parameters.
+import type { ParkedPolicy } from '../domain.ts';
+import type { ClaimFilter } from '../loop/ports.ts';
+
+/** A statement and its bound parameters, built together so they cannot disagree. */
+export interface Statement {
+  text: string;
+  params: unknown[];
+}
+
+/** Numbers the parameters of a statement in the order its fragments ask for them. */
+class Params {
+  readonly list: unknown[] = [];
+  add(value: unknown): string {
+    this.list.push(value);
+    return `$${this.list.length}`;
+  }
+}
+
+/** The claim's bounds in bytes (OutboxStore's options; docs/order-guard.md, "Batches bounded in bytes"). */
+export interface ClaimBytes {
+  /** OUTBOX_MAX_BATCH_BYTES: the most payload and headers bytes one claim takes (its first row, whatever its size) */
+  batch: number;
+  /**
+   * a larger payload is left out (NULL, its size in payload_bytes): read afterwards if its topic
+   * takes a message that large, else the row is parked from its size, its payload never read
+   */
+  payload: number;
+}
+
+/**
+ * The claim: up to `limit` pending, due rows in seq order, and at most `bytes.batch` bytes of
+ * payload and headers, locked, each with whether the order guard lets it be published now (G4),
+ * in one statement (one round trip). A fragment that serves a feature is in the statement only
+ * while that feature is on (aggregates left out, topics backed off), so the usual claim is the
+ * short one; each shape is its own prepared statement. `lockSeed` seeds the aggregates'
+ * advisory-lock keys (the table's name). Within a fragment, a column is named bare where only one
+ * table can have it.
+ */
+export function claimStatement(t: string, policy: ParkedPolicy, limit: number, filter: ClaimFilter, lockSeed: string, bytes: ClaimBytes): Statement {
+  const p = new Params();
+  const claim = { limit: p.add(limit), seed: p.add(lockSeed), inFlight: p.add(filter.inFlight) };
+  const size = { batch: p.add(bytes.batch), payload: p.add(bytes.payload) };
+  const leftOut = filter.aggregates.length > 0 ? p.add(filter.aggregates) : undefined;
+  const topics = filter.topics.length > 0 ? { template: p.add(filter.topicTemplate), list: p.add(filter.topics) } : undefined;
+  const ctes = [
+    `blocked AS MATERIALIZED (${blockedAggregates(t, policy)})`,
+    topics ? `held AS MATERIALIZED (${firstRowsForTopics(t, topics)})` : undefined,
+    `cand AS MATERIALIZED (${candidates(t, claim, leftOut, topics !== undefined)})`,
+    `cut AS MATERIALIZED (${batchBytesCut(size.batch)})`,
+    'taken AS NOT MATERIALIZED (SELECT * FROM cand WHERE seq <= (SELECT last_seq FROM cut))',
+    'aggs AS (SELECT aggregateid, max(seq) AS max_seq, array_agg(seq) AS seqs FROM taken GROUP BY aggregateid)',
+    `gap AS MATERIALIZED (${firstGaps(t, policy, `${anyGapPossible(t, claim.inFlight)} OR ${staleMarkBelow(t)}`)})`,
+  ].filter((c) => c !== undefined);
+  // no ORDER BY: OutboxStore.claim puts the rows in seq order (a sort of the wide rows costs the
+  // database more than it costs the caller). A payload is rendered here, for the rows taken only,
+  // and only up to bytes.payload (see ClaimBytes).
+  const text = `WITH ${ctes.join(',\n')}
+SELECT seq, id, aggregatetype, aggregateid, type, CASE WHEN payload_bytes <= ${size.payload} THEN payload::text END AS payload, payload_bytes,
+  topic, headers, attempts, first_gap, (first_gap IS NULL OR seq < first_gap) AS publishable
+FROM taken LEFT JOIN gap USING (aggregateid)`;
+  return { text, params: p.list };
+}
+
+/**
+ * The last candidate the batch takes: candidates are taken in seq order while their payloads and
+ * headers add up to at most `batchBytes` (each row's sizes are stored with it: payload_bytes,
+ * headers_bytes), and the first one whatever its size, so a batch never stalls behind a large row;
+ * a row too large for any message is taken too, and parked from its size. The rows taken are a
+ * prefix of the candidates in seq order, so an aggregate's rows taken stay a prefix of its pending
+ * rows (G4); the candidates past the cut stay locked until the batch ends and go to a later batch.
+ * The window sorts only (seq, size) pairs, at most the batch size of them (seq is unique: its
+ * default frame, up to the current row's peers, is up to the current row).
+ */
+function batchBytesCut(batchBytes: string): string {
+  return `SELECT coalesce(max(seq) FILTER (WHERE running <= ${batchBytes}::bigint), min(seq)) AS last_seq
+  FROM (SELECT seq, sum(coalesce(payload_bytes, 0) + coalesce(headers_bytes, 0)) OVER (ORDER BY seq) AS running FROM cand) s`;
+}
+
+/** the conditions of a pending row: not sent, skipped, parked or marked waiting (the claim index's predicate) */
+function pending(alias?: string): string {
+  const c = alias ? `${alias}.` : '';
+  return `${c}sent_at IS NULL AND ${c}skipped_at IS NULL AND ${c}parked_at IS NULL AND NOT ${c}waiting`;
+}
+
+/**
+ * The first row per aggregate bound for a topic backed off in this invocation (the broker refused
+ * the topic as a whole): that row and every later one of its aggregate are not claimed, whatever
+ * their topic, so they neither fill batches nor jump ahead (G4).
+ */
+function firstRowsForTopics(t: string, $: { template: string; list: string }): string {
+  // marked waiting or not: any pending row bound for the topic holds its aggregate's later rows
+  return `SELECT aggregateid, min(seq) AS first_held FROM ${t}
+  WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL
+    AND coalesce(nullif(topic, ''), replace(replace(${$.template}::text, '{aggregatetype}', aggregatetype), '{type}', type)) = ANY (${$.list}::text[])
+  GROUP BY aggregateid`;
+}
+
+/**
+ * The candidates, in seq order, locked (SKIP LOCKED: rows another invocation holds are passed
+ * over). A row is taken only with its aggregate's transaction-scoped advisory lock, so concurrent
+ * invocations claim disjoint aggregates instead of rows that wait behind each other's. Left out:
+ * rows at or after their aggregate's first blocking row (`blocked`; NOT IN is a hashed lookup, a
+ * NOT EXISTS was a nested loop over every blocked aggregate), aggregates the invocation left out,
+ * rows behind a backed-off topic, and rows not due (tested on the claim index's entry). The CASE
+ * tries the lock only for rows otherwise claimable, in whatever order the plan tests the
+ * conditions (NULL, not true, when not). ORDER BY both keys of the claim index: the only path that
+ * yields seq order without a sort (the batch's planner settings price sorts out). The row is kept
+ * as stored (a large payload as a pointer to its TOAST data), not rendered: only the rows the byte
+ * cut takes are.
+ */
+function candidates(t: string, $: { limit: string; seed: string }, leftOut: string | undefined, topics: boolean): string {
+  return `SELECT * FROM ${t} r
+  WHERE ${pending()}
+    AND (aggregateid NOT IN (SELECT aggregateid FROM blocked) OR seq < (SELECT b.first_blocked FROM blocked b WHERE b.aggregateid = r.aggregateid))${
+      topics ? '\n    AND NOT EXISTS (SELECT 1 FROM held h WHERE h.aggregateid = r.aggregateid AND h.first_held <= r.seq)' : ''}${
+      leftOut ? `\n    AND aggregateid <> ALL (${leftOut}::text[])` : ''}
+    AND next_attempt_at <= now()
+    AND CASE WHEN next_attempt_at <= now() THEN pg_try_advisory_xact_lock(hashtextextended(aggregateid, hashtext(${$.seed}))) END
+  ORDER BY seq, next_attempt_at
+  LIMIT ${$.limit}
+  FOR UPDATE OF r SKIP LOCKED`;
+}
+
+/**
+ * Can any claimed row have a gap at all? Only if some pending row below the highest claimed seq
+ * is neither claimed nor in the invocation's batch in flight (`inFlight`: other aggregates, whose
+ * locks that batch's open transaction holds). One range scan of the claim index, in its order; a
+ * single relay's steady state finds none and skips the per-aggregate probes. A row that backs off
+ * is no gap (it blocks its aggregate: no claimed row is above it); a row set not due by hand
+ * (never failed) blocks nothing and stays a possible gap.
+ */
+function anyGapPossible(t: string, inFlight: string): string {
+  return `(SELECT true FROM ${t} WHERE ${pending()}
+      AND seq < (SELECT max(seq) FROM taken) AND seq NOT IN (SELECT seq FROM taken) AND seq NOT IN (SELECT unnest(${inFlight}::bigint[]))
+      AND (next_attempt_at <= now() OR attempts = 0)
+    ORDER BY seq, next_attempt_at LIMIT 1) IS NOT NULL`;
+}
+
+/**
+ * A waiting row below a claimed row of its aggregate is a gap too: its mark is stale (a mark is
+ * only justified by a blocking row below it, and no claimed row is above one). Marks are never
+ * trusted to be cleared on time (two removals at once, triggers disabled), so while any row waits,
+ * each claimed aggregate gets one probe of the waiting index (LATERAL ... LIMIT 1; a semi-join was
+ * planned as a hash of every waiting row). The CASE reads the waiting index's first entry first:
+ * no row waits, no probe (and NULL, not true).
+ */
+function staleMarkBelow(t: string): string {
+  return `CASE WHEN (SELECT true FROM ${t} WHERE waiting AND sent_at IS NULL AND skipped_at IS NULL ORDER BY aggregateid, seq LIMIT 1)
+    THEN EXISTS (SELECT FROM aggs a, LATERAL (SELECT FROM ${t}
+      WHERE aggregateid = a.aggregateid AND waiting AND sent_at IS NULL AND skipped_at IS NULL AND seq < a.max_seq LIMIT 1) w) END`;
+}
+
+/**
+ * Per claimed aggregate, its first gap: the first unsent row below our highest seq that is not
+ * ours (held by a transaction that is not a relay's, skipped while another invocation held the
+ * aggregate, committed late, or between two of our rows); NULL when it has none. One index range
+ * scan each, only when `possible` (anyGapPossible or staleMarkBelow, each evaluated once, before
+ * any probe) says a gap may exist; our rows above the gap wait. The statement's snapshot may
+ * predate a mark another invocation committed meanwhile: such a row only looks like a gap (the
+ * error is on the safe side), and heldGapsSql tells the cases apart. Under `skip`, parked rows
+ * are no gap.
+ */
+function firstGaps(t: string, policy: ParkedPolicy, possible: string): string {
+  return `SELECT a.aggregateid, (SELECT seq FROM ${t}
+      WHERE aggregateid = a.aggregateid AND sent_at IS NULL AND skipped_at IS NULL AND seq < a.max_seq${policy === 'skip' ? ' AND parked_at IS NULL' : ''}
+        AND seq <> ALL (a.seqs)
+      ORDER BY seq LIMIT 1) AS first_gap
+    FROM aggs a WHERE ${possible}`;
+}
+
+/**
+ * Per aggregate, its first blocking row (blockingRows), for the claim and the why-empty check; the
+ * waiting marks read the same rows. Only rows that failed at least once are read (partial index
+ * on attempts > 0): normally none.
+ */
+export function blockedAggregates(t: string, policy: ParkedPolicy): string {
+  return `
+  SELECT aggregateid, min(seq) AS first_blocked
+  FROM ${t}
+  WHERE sent_at IS NULL AND skipped_at IS NULL AND attempts > 0
+    AND (${blockingRows(policy)})
+  GROUP BY aggregateid
+`;
+}
+
+/** The failed rows that hold their aggregate's later rows back: backing off, and parked under `hold`. */
+export function blockingRows(policy: ParkedPolicy, alias?: string): string {
+  const c = alias ? `${alias}.` : '';
+  return `${policy === 'hold' ? `${c}parked_at IS NOT NULL OR ` : ''}${c}next_attempt_at > now()`;
+}
+
+/**
+ * For held-back rows, with a fresh snapshot (a separate statement): why can the rows they wait for
+ * ($1) not be claimed now? One row per gap row that still exists unsent, with `why`:
+ * - `locked`: a transaction that is not a relay's holds it (relays hold the aggregate's lock, and
+ *   we hold that), such as an application's SELECT ... FOR UPDATE: it may stay held for long;
+ * - `not-due`, `parked`: it is not claimable now (set so by hand: a row that fails blocks its
+ *   aggregate and is never a gap);
+ * - `waiting`: its mark is stale (see staleMarkBelow);
+ * - NULL: it can be claimed now; the next claim starts with it.
+ * A gap row that is gone (sent or deleted after the claim's snapshot) is not listed: the next
+ * claim does not see it. The caller leaves out the aggregates of the first three for the rest of
+ * the invocation, so a claim is never repeated behind a row it cannot take (a tight loop of
+ * claim, hold back, roll back); a stale mark is cleared first (unwaitSql), once. Gap rows we can
+ * lock stay locked by us, so no one else takes them out of order meanwhile.
+ */
+export function heldGapsSql(t: string): string {
+  return `
+WITH lockable AS (
+  SELECT seq FROM ${t}
+  WHERE seq = ANY ($1::bigint[])
+  FOR UPDATE SKIP LOCKED
+)
+SELECT o.seq,
+       CASE WHEN NOT EXISTS (SELECT 1 FROM lockable l WHERE l.seq = o.seq) THEN 'locked'
+            WHEN o.waiting THEN 'waiting'
+            WHEN o.parked_at IS NOT NULL THEN 'parked'
+            WHEN o.next_attempt_at > now() THEN 'not-due'
+       END AS why
+FROM ${t} o
+WHERE o.seq = ANY ($1::bigint[])
+  AND o.sent_at IS NULL AND o.skipped_at IS NULL`;
+}
+
+/**
+ * The payloads the claim left out ($1: their seqs) of rows whose topic takes a message that large
+ * (ClaimBytes.payload; its limit is known only once the batch's topics were asked): rows of the
+ * batch, locked by its transaction.
+ */
+export function payloadsSql(t: string): string {
+  return `
+SELECT seq, payload::text AS payload FROM ${t}
+WHERE seq = ANY ($1::bigint[])`;
+}
