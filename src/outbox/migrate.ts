@@ -31,7 +31,12 @@ export function render(sqlText: string, table: TableName): string {
     pkey: derivedName(table, 'pkey'),
     seq_key: derivedName(table, 'seq_key'),
     headers_check: derivedName(table, 'headers_check'),
-    size_check: derivedName(table, 'size_check'),
+    // the size checks: an INSERT refused names the constraint, so its name says what was exceeded
+    aggregatetype_max: derivedName(table, 'aggregatetype_max_255_chars'),
+    aggregateid_max: derivedName(table, 'aggregateid_max_255_chars'),
+    type_max: derivedName(table, 'type_max_255_chars'),
+    topic_max: derivedName(table, 'topic_max_249_chars'),
+    headers_max: derivedName(table, 'headers_max_65536_bytes'),
     idx_claim: derivedName(table, 'claim_idx'),
     idx_aggregate: derivedName(table, 'aggregate_idx'),
     idx_retry: derivedName(table, 'retry_idx'),

@@ -32,6 +32,8 @@ export interface SchemaFacts {
   outbox_select_lacking: string[] | null;
   outbox_update_lacking: string[] | null;
   sent_insert_lacking: string[] | null;
+  /** the outbox's columns that a CHECK constraint names; null when the outbox is missing */
+  checked_columns: string[] | null;
   /** outbox_relay_migrations as the role's search_path finds it, or null */
   migrations_table: string | null;
   migrations_readable: boolean | null;
@@ -49,6 +51,13 @@ export interface SchemaNeeds {
 }
 
 const MIGRATE = '`outbox-relay migrate`';
+
+/**
+ * The columns whose size the schema bounds at INSERT (001_baseline.sql, the size check): every
+ * variable column but the payload, which the claim's byte cut bounds. Without the check, one row
+ * could take the relay past its memory (docs/schema.md, "Every column bounded").
+ */
+export const SIZE_CHECKED_COLUMNS = ['aggregatetype', 'aggregateid', 'type', 'topic', 'headers_bytes'] as const;
 
 /** Why the relay needs each privilege on the outbox, by mode (what its statements in sql.ts do). */
 function outboxNeeds(mode: CheckedMode): Array<[privilege: string, why: string]> {
@@ -77,6 +86,16 @@ export function schemaProblems(f: SchemaFacts, needs: SchemaNeeds): string[] {
   }
 
   const missing = migrationProblems(f, needs, problems);
+
+  if (f.outbox_present && f.checked_columns) {
+    const unbounded = SIZE_CHECKED_COLUMNS.filter((c) => !f.checked_columns!.includes(c));
+    if (unbounded.length) {
+      problems.push(
+        `the outbox table ${table} bounds no size of ${list(unbounded, 'and')} (no CHECK constraint names ${unbounded.length === 1 ? 'it' : 'them'}): ` +
+          'one large row could take the relay past its memory. Add the size check of docs/schema.md ("Every column bounded"), as `outbox-relay migrate` creates it',
+      );
+    }
+  }
 
   if (f.outbox_present) {
     const lacking = outboxNeeds(needs.sentRows).filter(([p]) => !privilege(f, p));

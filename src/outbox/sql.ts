@@ -128,6 +128,11 @@ SELECT current_user AS role, quote_ident(current_user) AS role_ident,
        has_any_column_privilege(r.sent, 'SELECT') AS sent_select,
        has_table_privilege(r.sent, 'DELETE') AS sent_delete,
        -- json: the relay's client parses no array type (src/outbox/client.ts)${lacking('r.outbox', RELAY_COLUMNS.outboxSelect, 'SELECT')} AS outbox_select_lacking,${lacking('r.outbox', RELAY_COLUMNS.outboxUpdate, 'UPDATE')} AS outbox_update_lacking,${lacking('r.sent', RELAY_COLUMNS.sentInsert, 'INSERT')} AS sent_insert_lacking,
+       -- the columns a CHECK constraint names (the size bound of every column but the payload)
+       CASE WHEN r.outbox IS NOT NULL THEN to_json(ARRAY(
+         SELECT DISTINCT a.attname::text FROM pg_constraint c
+         JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = ANY (c.conkey)
+         WHERE c.conrelid = r.outbox AND c.contype = 'c')) END AS checked_columns,
        r.migrations::text AS migrations_table,
        has_table_privilege(r.migrations, 'SELECT') AS migrations_readable,
        -- json: the relay's client parses no array type (src/outbox/client.ts)

@@ -1,5 +1,5 @@
 // services: postgres
-// The outbox's trigger functions run with a fixed search_path (migration 3, 003_trigger_search_path.sql): a role that
+// The outbox's trigger functions run with a fixed search_path (001_baseline.sql, at its end): a role that
 // writes to the outbox with a search_path of its own, naming first a schema that holds a table or
 // function of the same name, cannot make the unwait trigger update that table instead of the
 // outbox, nor the insert trigger call that function instead of pg_notify.

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { DatabaseError } from '../../src/errors.ts';
-import { assertSchema, schemaProblems, type CheckedMode, type SchemaFacts } from '../../src/outbox/schema-check.ts';
+import { assertSchema, schemaProblems, SIZE_CHECKED_COLUMNS, type CheckedMode, type SchemaFacts } from '../../src/outbox/schema-check.ts';
 
 const MIGRATIONS = [
   { version: 1, name: '001_create_outbox.sql' },
@@ -31,6 +31,7 @@ function facts(over: Partial<SchemaFacts> = {}): SchemaFacts {
     outbox_select_lacking: [],
     outbox_update_lacking: [],
     sent_insert_lacking: [],
+    checked_columns: ['headers', ...SIZE_CHECKED_COLUMNS],
     migrations_table: 'outbox_relay_migrations',
     migrations_readable: true,
     versions: [1, 2, 3],
@@ -41,6 +42,17 @@ function facts(over: Partial<SchemaFacts> = {}): SchemaFacts {
 function problems(over: Partial<SchemaFacts>, sentRows: CheckedMode = 'keep'): string[] {
   return schemaProblems(facts(over), { table: '"outbox"', sentTable: '"outbox_sent"', sentRows, migrations: MIGRATIONS });
 }
+
+describe('schemaProblems: the size bound of every column but the payload', () => {
+  it('a table without the size check of a column (made by hand, or by an older migrate) is refused, naming the columns and the fix', () => {
+    assert.deepEqual(problems({ checked_columns: ['headers', 'aggregatetype', 'aggregateid', 'type', 'topic'] }), [
+      'the outbox table "outbox" bounds no size of headers_bytes (no CHECK constraint names it): one large row could take the relay past its memory. ' +
+        'Add the size check of docs/schema.md ("Every column bounded"), as `outbox-relay migrate` creates it',
+    ]);
+    const [p] = problems({ checked_columns: [] });
+    assert.match(p ?? '', /bounds no size of aggregatetype, aggregateid, type, topic and headers_bytes \(no CHECK constraint names them\)/);
+  });
+});
 
 describe('schemaProblems: migrations', () => {
   it('none when every migration is recorded, and none for versions newer than the relay knows (a rolling deploy)', () => {

@@ -50,11 +50,15 @@ CREATE TABLE IF NOT EXISTS {{table}} (
   CONSTRAINT {{pkey}} PRIMARY KEY (id),
   CONSTRAINT {{seq_key}} UNIQUE (seq),
   CONSTRAINT {{headers_check}} CHECK (headers IS NULL OR jsonb_typeof(headers) = 'object'),
-  -- Every column but the payload has a small bound, refused at INSERT, so that no row takes the
-  -- relay past its memory through them (docs/schema.md). Debezium's outbox columns are
-  -- varchar(255), Kafka's topic names at most 249 characters, headers are a few names and values.
-  CONSTRAINT {{size_check}} CHECK (char_length(aggregatetype) <= 255 AND char_length(aggregateid) <= 255
-    AND char_length(type) <= 255 AND char_length(topic) <= 249 AND headers_bytes <= 65536)
+  -- Every column but the payload has a small bound, refused at INSERT by a check that names the
+  -- column and the limit, so that no row takes the relay past its memory through them
+  -- (docs/schema.md): Debezium's outbox columns are varchar(255), Kafka's topic names at most 249
+  -- characters, headers a few names and values. The payload is bounded by the claim's byte cut.
+  CONSTRAINT {{aggregatetype_max}} CHECK (char_length(aggregatetype) <= 255),
+  CONSTRAINT {{aggregateid_max}} CHECK (char_length(aggregateid) <= 255),
+  CONSTRAINT {{type_max}} CHECK (char_length(type) <= 255),
+  CONSTRAINT {{topic_max}} CHECK (char_length(topic) <= 249),
+  CONSTRAINT {{headers_max}} CHECK (headers_bytes <= 65536)
 );
 
 -- The claim: pending rows in seq order. Partial, so sent, parked and waiting rows never enter it.
