@@ -108,6 +108,23 @@ describe('batches bounded in bytes (OUTBOX_MAX_BATCH_BYTES)', () => {
   });
 });
 
+describe('headers count in the byte bound', () => {
+  it('G4: 10 rows with 40 KB headers and tiny payloads under a 100,000-byte bound: at most 2 per claim, all relayed in order with their headers', async () => {
+    const f = await fixture(sql, 'bbhdr', ['small']);
+    await sql.unsafe(
+      `INSERT INTO ${t(f.table)} (aggregatetype, aggregateid, type, payload, headers)
+       SELECT 'small', 'a', 'Small', jsonb_build_object('n', g), jsonb_build_object('pad', repeat('h', 40000)) FROM generate_series(1, 10) g ORDER BY g`,
+    );
+    const run = await invokeMeasured({ ...f.env, OUTBOX_MAX_BATCH_BYTES: '100000', OUTBOX_HEADERS_MAX_BYTES: '65536' });
+    assert.equal(run.summary.published, 10, run.stderr.slice(-3_000));
+    const sizes = await batchSizes(f.table);
+    assert.ok(sizes.every((n) => n <= 2), `batches of ${sizes.join(', ')} rows: 40 KB of headers each, 100,000 bytes a claim`);
+    const messages = await consumeAll([f.topic('small')], 10, 30_000);
+    assert.deepEqual(messages.map((m) => (JSON.parse(m.value ?? 'null') as { n: number }).n), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    assert.ok(messages.every((m) => m.headers.pad?.length === 40_000), 'whole headers');
+  });
+});
+
 describe('a row too large for any message is parked from its size, its payload never read', () => {
   it('G6: a 200 MB row is parked unread, the relay stays far below its size; other aggregates go on, its own later row waits (hold)', async () => {
     const f = await bigFixture('bbhuge');
