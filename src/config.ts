@@ -68,7 +68,7 @@ export interface Config {
     parkedPolicy: ParkedPolicy;
     /** upper bound for one encoded message; undefined = ask the broker */
     maxMessageBytes?: number;
-    /** the most payload bytes one claim takes (its first row whatever its size): OUTBOX_MAX_BATCH_BYTES */
+    /** the most payload and headers bytes one claim takes (its first row whatever its size): OUTBOX_MAX_BATCH_BYTES */
     maxBatchBytes: number;
     /** keep: move acked rows to the sent table and prune them after retainSentMs; delete: delete them when acked */
     sentRows: 'keep' | 'delete';

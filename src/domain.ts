@@ -15,7 +15,7 @@ export interface OutboxRow {
   payload: string | null;
   /**
    * the payload's size in bytes (its JSON text, UTF-8), as the outbox stores it (payload_bytes,
-   * migration 004); null for a NULL payload. Absent where rows do not come from a claim.
+   * a generated column); null for a NULL payload. Absent where rows do not come from a claim.
    */
   payload_bytes?: number | null;
   topic: string | null;
