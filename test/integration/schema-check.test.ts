@@ -220,6 +220,19 @@ describe('checkTables: the migrations the relay was built for', () => {
     assert.equal((await invoke(f.env)).published, 1);
   });
 
+  it('G8: a table without the size check of a column (made by hand, or by an older migrate) is refused before claiming, naming the column; with the check back, it relays', async () => {
+    const f = await fixture(sql, 'nosizecheck');
+    const table = qualified(parseTableName(f.table));
+    const constraint = `${parseTableName(f.table).name}_topic_max_249_chars`;
+    await sql.unsafe(`ALTER TABLE ${table} DROP CONSTRAINT ${constraint}`);
+    await insertEvents(sql, f.table, [{ aggregateid: 'a' }]);
+    await refused(f.env, [`the outbox table ${table} bounds no size of topic (no CHECK constraint names it)`, 'docs/schema.md']);
+    await untouched(f, 1);
+
+    await sql.unsafe(`ALTER TABLE ${table} ADD CONSTRAINT ${constraint} CHECK (char_length(topic) <= 249) NOT VALID`);
+    assert.equal((await invoke(f.env)).published, 1);
+  });
+
   it('a schema newer than the relay (a rolling deploy: the next version migrated first, this one still runs) is accepted: it relays', async () => {
     const f = await fixture(sql, 'newer');
     const next = Math.max(...loadMigrations().map((m) => m.version)) + 1;
