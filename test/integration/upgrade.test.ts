@@ -2,7 +2,8 @@
 // Upgrades from every release's schema. A release's schema is made by the migration files it
 // shipped, which are never edited once released: their SHA-256 is recorded here at each release,
 // so an edit turns this red, and the schema is derived from the files themselves rather than from
-// a copy that could drift from them unseen. Today's `migrate` then runs over it, and the catalog
+// a copy that could drift from them unseen. Rows are written into it, as into a table in use, and
+// today's `migrate` runs over it (a migration that works only on an empty table fails here); the catalog
 // (columns, types, defaults, indexes, constraints, triggers, trigger functions, storage options)
 // must end identical to a fresh migrate's. At a release: add its files and their hashes to RELEASES.
 import assert from 'node:assert/strict';
@@ -55,6 +56,9 @@ describe('upgrades from each release\'s schema', () => {
       const fresh = uniqueName('fresh');
       try {
         await migrate(sql, parseTableName(upgraded), shipped);
+        // rows, as a table in use holds: a later migration must work on them (a fresh table has none)
+        await sql.unsafe(`INSERT INTO ${upgraded} (aggregatetype, aggregateid, type, payload) VALUES ('order', 'a', 'Created', '{"n": 1}'), ('order', 'a', 'Paid', NULL)`);
+        await sql.unsafe(`UPDATE ${upgraded} SET attempts = 1, parked_at = now() WHERE type = 'Created'`);
         const later = await migrate(sql, parseTableName(upgraded));
         assert.deepEqual(later.applied, all.filter((m) => !(m.name in files)).map((m) => m.version), 'the upgrade applies the migrations since, only');
         await migrate(sql, parseTableName(fresh));
