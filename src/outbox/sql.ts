@@ -69,7 +69,7 @@ FROM moved`;
  * writes into the sent table.
  */
 export const RELAY_COLUMNS = {
-  outboxSelect: ['id', 'aggregatetype', 'aggregateid', 'type', 'payload', 'topic', 'headers', 'seq', 'created_at', 'sent_at', 'attempts', 'next_attempt_at', 'parked_at', 'skipped_at', 'waiting', 'retried_at', 'retried_by', 'retried_reason', 'retried_operator', 'payload_bytes'],
+  outboxSelect: ['id', 'aggregatetype', 'aggregateid', 'type', 'payload', 'topic', 'headers', 'seq', 'created_at', 'sent_at', 'attempts', 'next_attempt_at', 'parked_at', 'skipped_at', 'waiting', 'retried_at', 'retried_by', 'retried_reason', 'retried_operator', 'payload_bytes', 'headers_bytes'],
   outboxUpdate: ['attempts', 'last_error', 'next_attempt_at', 'parked_at', 'waiting'],
   sentInsert: ['id', 'aggregatetype', 'aggregateid', 'type', 'payload', 'topic', 'headers', 'seq', 'created_at', 'sent_at', 'attempts', 'retried_at', 'retried_by', 'retried_reason', 'retried_operator'],
 } as const;
