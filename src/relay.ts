@@ -258,8 +258,8 @@ class Invocation {
     if (TEST_HOOKS && pauseMs && outcome.acked.length > 0) {
       // the previous batch's COMMIT is on the wire, its answer not yet read: a kill here is the
       // crash that G2's second test needs
-      const acked = outcome.acked.length;
-      this.deps.logger.warn('test hook: pausing after publish, before marks commit', { pauseMs, acked });
+      // no declaration in this block: esbuild keeps an `if (false)` block that declares one
+      this.deps.logger.warn('test hook: pausing after publish, before marks commit', { pauseMs, acked: outcome.acked.length });
       await new Promise((r) => setTimeout(r, pauseMs));
     }
   }
