@@ -27,6 +27,16 @@ function parameterProblems(service) {
       );
     }
   }
+  // the relay refuses this at run time (src/config.ts); the policy would grant every topic (topic/<cluster>/*)
+  const topicPrefix = env.OUTBOX_TOPIC_PREFIX || String(env.OUTBOX_TOPIC_TEMPLATE || '').split('{')[0];
+  if (env.KAFKA_AUTH === 'iam' && !topicPrefix) {
+    problems.push(
+      `kafkaAuth=iam with an empty topicPrefix and a topicTemplate that starts with a placeholder ` +
+        `(${JSON.stringify(env.OUTBOX_TOPIC_TEMPLATE)}) would grant kafka-cluster:WriteData on every topic of the cluster: ` +
+        'set topicPrefix to the text all the relay\'s topics start with (docs/DEPLOY.md, MSK with IAM access control)',
+    );
+  }
+  problems.push(...tags(service).problems);
   if (env.DATABASE_AUTH === 'iam') {
     const parts = statement('RelayDatabaseIamPolicy').Resource['Fn::Join'][1];
     const dbuser = String(parts[parts.length - 1]);
@@ -38,6 +48,47 @@ function parameterProblems(service) {
     }
   }
   return problems;
+}
+
+const TAG = /^[\p{L}\p{Z}\p{N}_.:/=+@-]*$/u;
+
+/** The `tags` parameter (custom.relayTags): comma-separated key=value pairs, as AWS accepts them. */
+function tags(service) {
+  const text = String((service.custom && service.custom.relayTags) || '').trim();
+  const map = {};
+  const problems = [];
+  for (const pair of text ? text.split(',') : []) {
+    const eq = pair.indexOf('=');
+    const key = (eq < 0 ? pair : pair.slice(0, eq)).trim();
+    const value = eq < 0 ? undefined : pair.slice(eq + 1).trim();
+    if (value === undefined || !key || key.length > 128 || value.length > 256 || !TAG.test(key) || !TAG.test(value) ||
+      key.toLowerCase().startsWith('aws:') || key in map) {
+      problems.push(
+        `tags: ${JSON.stringify(pair)} is not a tag: give comma-separated key=value pairs, keys unique, 1 to 128 ` +
+          'characters not starting with aws:, values up to 256, letters, digits, spaces and _.:/=+-@ only',
+      );
+    } else map[key] = value;
+  }
+  return { map, problems };
+}
+
+// the resource types of the template that take a Tags list (the dashboard, policies, the rule and
+// permissions take none; the stack's own tags also reach whatever else supports tagging)
+const TAGGABLE = new Set(['AWS::Lambda::Function', 'AWS::IAM::Role', 'AWS::Logs::LogGroup', 'AWS::SQS::Queue',
+  'AWS::SNS::Topic', 'AWS::CloudWatch::Alarm']);
+
+/** Puts the `tags` parameter on the stack (at deploy) and on every taggable resource of the template. */
+function applyTags(service) {
+  const { map } = tags(service);
+  const keys = Object.keys(map);
+  if (keys.length === 0) return;
+  service.provider.stackTags = { ...service.provider.stackTags, ...map };
+  for (const resource of Object.values(service.provider.compiledCloudFormationTemplate.Resources)) {
+    if (!TAGGABLE.has(resource.Type)) continue;
+    resource.Properties = resource.Properties || {};
+    const kept = (resource.Properties.Tags || []).filter((t) => !keys.includes(t.Key));
+    resource.Properties.Tags = [...kept, ...keys.map((Key) => ({ Key, Value: map[Key] }))];
+  }
 }
 
 class BuildRelayBundle {
@@ -54,6 +105,7 @@ class BuildRelayBundle {
     this.hooks = {
       'before:package:createDeploymentArtifacts': build,
       'before:package:function:package': build,
+      'before:aws:package:finalize:saveServiceState': () => applyTags(serverless.service),
     };
   }
 }

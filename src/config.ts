@@ -101,6 +101,8 @@ export interface Config {
      * stderr (the default elsewhere: the CLI keeps stdout for its summary) or off
      */
     metrics: 'stdout' | 'stderr' | 'off';
+    /** X-Ray tracing with Powertools Tracer (src/tracing.ts): OUTBOX_TRACING, off by default */
+    tracing: boolean;
   };
   /** test-only fault injection: pause this long after the broker acked a batch, before its marks commit; 0 in a build (src/test-hooks.ts) */
   testPauseAfterPublishMs: number;
@@ -440,5 +442,6 @@ function telemetryConfig(read: EnvReader): Config['telemetry'] {
     stage,
     metricsNamespace,
     metrics: read.oneOf('OUTBOX_METRICS', ['stdout', 'stderr', 'off'] as const, inLambda ? 'stdout' : 'stderr'),
+    tracing: read.bool('OUTBOX_TRACING', false),
   };
 }

@@ -61,6 +61,32 @@ function perRuntime(build: () => Middleware): Middleware {
   };
 }
 
+/**
+ * X-Ray tracing when the configuration turns it on: src/tracing.ts is imported on the first such
+ * invocation, and never otherwise, so a function without tracing loads none of its code.
+ */
+function tracing(): Middleware {
+  let built: Promise<Middleware> | undefined;
+  const traced = async (): Promise<Middleware | undefined> => {
+    const t = runtime?.config.telemetry;
+    if (!t?.tracing) return undefined;
+    built ??= import('./tracing.ts').then((m) => m.tracingMiddleware(t.serviceName) as Middleware);
+    return built;
+  };
+  return {
+    before: async (request) => {
+      getRuntime();
+      await (await traced())?.before?.(request);
+    },
+    after: async (request) => {
+      await (await traced())?.after?.(request);
+    },
+    onError: async (request) => {
+      await (await traced())?.onError?.(request);
+    },
+  };
+}
+
 const requestLogging = (): Middleware => ({
   after: (request: Request) => {
     logger?.info('invocation finished', { summary: request.response });
@@ -78,6 +104,8 @@ const requestLogging = (): Middleware => ({
 // after and onError run in the reverse order of use(): the summary is logged, then the
 // invocation's metrics are added and published, then the logger's per-invocation keys cleared
 export const handler = middy<ScheduledEvent, Summary, Error, Context>({ timeoutEarlyInMillis: 0 })
+  // first: its subsegment spans the whole invocation, closed after everything else
+  .use(tracing())
   .use(perRuntime(() => injectLambdaContext(logger!.powertools, { resetKeys: true })))
   .use(perRuntime(() => logMetrics(metrics!)))
   .use(

@@ -13,6 +13,8 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { loadConfig } from '../../src/config.ts';
+import { createLogger } from '../../src/log.ts';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const zipPath = join(root, '.build', 'relay.zip');
@@ -41,6 +43,7 @@ interface Resource {
 interface Template {
   Resources: Record<string, Resource>;
   Conditions?: Obj;
+  Outputs?: Record<string, { Value: Json }>;
 }
 interface Statement {
   Sid?: string;
@@ -261,11 +264,72 @@ describe('packaged for AWS (stage prod, default parameters)', () => {
       OUTBOX_RETAIN_SKIPPED_MS: '2592000000',
       OUTBOX_IDLE: 'exit',
       OUTBOX_POLL_MS: '250',
-      OUTBOX_LOG_LEVEL: 'info',
+      POWERTOOLS_LOG_LEVEL: 'info',
+      OUTBOX_TRACING: 'false',
       POWERTOOLS_SERVICE_NAME: 'outbox-relay',
       POWERTOOLS_METRICS_NAMESPACE: 'OutboxRelay',
       OUTBOX_STAGE: 'prod',
     });
+  });
+
+  it("honours POWERTOOLS_LOG_LEVEL as deployed: the relay's level follows it when an operator changes it on the function", () => {
+    const env = (theFunction(t).p.Environment as Obj).Variables as Record<string, string>;
+    const levelWith = (changed: Record<string, string>) => loadConfig({ ...env, ...changed }).logLevel;
+    assert.equal(levelWith({ POWERTOOLS_LOG_LEVEL: 'DEBUG' }), 'debug', 'POWERTOOLS_LOG_LEVEL=DEBUG on the deployed function');
+    assert.equal(levelWith({ POWERTOOLS_LOG_LEVEL: 'ERROR' }), 'error');
+    assert.equal(levelWith({}), 'info', 'the logLevel parameter, through POWERTOOLS_LOG_LEVEL');
+    assert.equal(levelWith({ POWERTOOLS_LOG_LEVEL: 'DEBUG', OUTBOX_LOG_LEVEL: 'warn' }), 'warn', "the relay's own variable, when set, still wins");
+    const lines: string[] = [];
+    const log = createLogger(levelWith({ POWERTOOLS_LOG_LEVEL: 'debug' }), {}, (line) => lines.push(line));
+    log.debug('probe');
+    assert.equal(lines.length, 1, 'the logger built from it writes debug lines');
+  });
+
+  it('sends each tick Lambda drops (failed, or expired in its queue) to an SQS queue of its own: encrypted, kept 14 days, the role may send to it alone; AsyncEventsDropped alarms', () => {
+    const conf = props(t, ofType(t, 'AWS::Lambda::EventInvokeConfig')[0] as string);
+    const queue = { 'Fn::GetAtt': ['RelayFailureQueue', 'Arn'] };
+    assert.deepEqual(conf.DestinationConfig, { OnFailure: { Destination: queue } });
+    const q = props(t, 'RelayFailureQueue');
+    assert.equal(q.SqsManagedSseEnabled, true);
+    assert.equal(q.MessageRetentionPeriod, 1_209_600);
+    const sqs = roleStatements(t).filter((s) => touches(s, 'sqs'));
+    assert.deepEqual(sqs.map((s) => [s.Effect, actions(s), list(s.Resource)]), [['Allow', ['sqs:SendMessage'], [queue]]]);
+    const dropped = props(t, 'AsyncEventsDroppedAlarm');
+    assert.deepEqual([dropped.Namespace, dropped.MetricName, dropped.Dimensions, dropped.Threshold], ['AWS/Lambda', 'AsyncEventsDropped', [{ Name: 'FunctionName', Value: { Ref: 'RelayLambdaFunction' } }], 0]);
+  });
+
+  it('creates an SNS topic for the alarms, which every alarm notifies; alarms when an invocation ends near its timeout', () => {
+    const topic = props(t, 'RelayAlarmTopic');
+    assert.equal(topic.TopicName, 'outbox-relay-prod-alarms');
+    const alarms = ofType(t, 'AWS::CloudWatch::Alarm');
+    assert.equal(alarms.length, 7);
+    for (const id of alarms) assert.deepEqual([props(t, id).AlarmActions, props(t, id).OKActions], [[{ Ref: 'RelayAlarmTopic' }], [{ Ref: 'RelayAlarmTopic' }]], id);
+    const near = props(t, 'DurationNearTimeoutAlarm');
+    const [duration, share] = near.Metrics as Obj[];
+    assert.deepEqual(((duration!.MetricStat as Obj).Metric as Obj).MetricName, 'Duration');
+    // what is left of the 3 s safety margin when the invocation ends, against the 60 s timeout
+    assert.equal(share!.Expression, '(60000 - duration) / 3000');
+    assert.deepEqual([near.ComparisonOperator, near.Threshold], ['LessThanThreshold', 0.5]);
+  });
+
+  it('outputs the function, its role, the dashboard, the alarm topic and the failure queue', () => {
+    const outputs = Object.fromEntries(Object.entries(t.Outputs ?? {}).map(([k, o]) => [k, effective(t, o.Value)]));
+    assert.deepEqual(outputs, {
+      ServerlessDeploymentBucketName: { Ref: 'ServerlessDeploymentBucket' },
+      FunctionName: { Ref: 'RelayLambdaFunction' },
+      FunctionArn: { 'Fn::GetAtt': ['RelayLambdaFunction', 'Arn'] },
+      RoleArn: { 'Fn::GetAtt': ['IamRoleLambdaExecution', 'Arn'] },
+      DashboardName: { Ref: 'RelayDashboard' },
+      AlarmTopicArn: { Ref: 'RelayAlarmTopic' },
+      FailureQueueArn: { 'Fn::GetAtt': ['RelayFailureQueue', 'Arn'] },
+    });
+  });
+
+  it('traces nothing, tags nothing and sets no permissions boundary unless asked', () => {
+    assert.equal(theFunction(t).p.TracingConfig, undefined);
+    assert.ok(!roleStatements(t).some((s) => touches(s, 'xray')), 'no xray permission');
+    for (const [id, r] of Object.entries(t.Resources)) assert.equal(r.Properties?.Tags, undefined, id);
+    assert.equal(props(t, 'IamRoleLambdaExecution').PermissionsBoundary, undefined);
   });
 
   it('may read exactly the two configured secrets, and nothing with a wildcard', () => {
@@ -437,6 +501,57 @@ describe('packaged for AWS with VPC, KMS key, RDS IAM authentication, reserved c
   });
 });
 
+describe('packaged for AWS with tracing, tags, a permissions boundary, and an alarm topic and a failure queue given', () => {
+  const TOPIC = `arn:aws:sns:us-east-1:${ACCOUNT}:outbox-oncall`;
+  const QUEUE = `arn:aws:sqs:us-east-1:${ACCOUNT}:outbox-dropped`;
+  const BOUNDARY = `arn:aws:iam::${ACCOUNT}:policy/team-boundary`;
+  let t: Template;
+  before(() => {
+    t = packageWith([
+      `databaseSecretArn=${DB_SECRET}`,
+      `kafkaBrokers=${BROKERS}`,
+      'tracing=true',
+      'tags=team=payments, cost-center=42',
+      `permissionsBoundary=${BOUNDARY}`,
+      `alarmTopicArn=${TOPIC}`,
+      `failureQueueArn=${QUEUE}`,
+    ]);
+  });
+
+  it('traces with X-Ray: TracingConfig Active, OUTBOX_TRACING=true for the relay, and the role may put trace segments', () => {
+    const { p } = theFunction(t);
+    assert.deepEqual(p.TracingConfig, { Mode: 'Active' });
+    assert.equal(((p.Environment as Obj).Variables as Obj).OUTBOX_TRACING, 'true');
+    assert.equal(loadConfig((p.Environment as Obj).Variables as Record<string, string>).telemetry.tracing, true);
+    const xray = roleStatements(t).filter((s) => touches(s, 'xray'));
+    assert.deepEqual(xray.flatMap(actions).sort(), ['xray:PutTelemetryRecords', 'xray:PutTraceSegments']);
+  });
+
+  it("puts the tags on the function's role, the function, its log group and every alarm, and on the stack", () => {
+    const tags = [
+      { Key: 'team', Value: 'payments' },
+      { Key: 'cost-center', Value: '42' },
+    ];
+    const tagged = ['IamRoleLambdaExecution', 'RelayLambdaFunction', 'RelayLogGroup', ...ofType(t, 'AWS::CloudWatch::Alarm')];
+    assert.equal(tagged.length, 10);
+    for (const id of tagged) assert.deepEqual(props(t, id).Tags, tags, id);
+  });
+
+  it("sets the permissions boundary on the function's role", () => {
+    assert.equal(props(t, 'IamRoleLambdaExecution').PermissionsBoundary, BOUNDARY);
+  });
+
+  it('creates no topic and no queue: the alarms notify the given topic, dropped ticks go to the given queue, and the outputs name them', () => {
+    assert.deepEqual(ofType(t, 'AWS::SNS::Topic'), []);
+    assert.deepEqual(ofType(t, 'AWS::SQS::Queue'), []);
+    for (const id of ofType(t, 'AWS::CloudWatch::Alarm')) assert.deepEqual(props(t, id).AlarmActions, [TOPIC], id);
+    const conf = props(t, ofType(t, 'AWS::Lambda::EventInvokeConfig')[0] as string);
+    assert.deepEqual(conf.DestinationConfig, { OnFailure: { Destination: QUEUE } });
+    assert.deepEqual(roleStatements(t).filter((s) => touches(s, 'sqs')).map((s) => [actions(s), list(s.Resource)]), [[['sqs:SendMessage'], [QUEUE]]]);
+    assert.deepEqual([effective(t, t.Outputs!.AlarmTopicArn!.Value), effective(t, t.Outputs!.FailureQueueArn!.Value)], [TOPIC, QUEUE]);
+  });
+});
+
 /** A resource string as CloudFormation computes it, for the functions serverless.yml's IAM resources use. */
 function evaluate(t: Template, v: Json): string {
   if (typeof v === 'string') return v;
@@ -488,6 +603,24 @@ describe('packaged for AWS with MSK IAM access control', () => {
     assert.notEqual(res.status, 0, out);
     assert.match(out, /kafkaAuth=iam needs mskClusterArn, the MSK cluster's ARN/);
     assert.match(out, /databaseAuth=iam needs databaseIamResourceId and databaseIamUser/);
+    assert.ok(!existsSync(join(dir, 'cloudformation-template-update-stack.json')), 'nothing was packaged');
+  });
+
+  it('kafkaAuth=iam with no topic prefix (empty topicPrefix, a template starting with a placeholder) and malformed tags: refused, naming the parameters', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'outbox-relay-package-'));
+    tmpDirs.push(dir);
+    const params = [`databaseSecretArn=${DB_SECRET}`, `kafkaBrokers=${BROKERS}`, 'kafkaAuth=iam', `mskClusterArn=${CLUSTER}`, 'topicTemplate={aggregatetype}.events', 'tags=team'];
+    const res = spawnSync('bash', ['scripts/package.sh', ...params.map((p) => `--param=${p}`)], {
+      cwd: root,
+      env: { ...process.env, STAGE: 'prod', REGION: 'us-east-1', PACKAGE_DIR: dir },
+      encoding: 'utf8',
+      timeout: 180_000,
+    });
+    const out = `${res.stdout}\n${res.stderr}`;
+    assert.notEqual(res.status, 0, `packaged a kafka-cluster policy on every topic (topic/<cluster>/*):\n${out}`);
+    assert.match(out, /kafkaAuth=iam with an empty topicPrefix and a topicTemplate that starts with a placeholder \("\{aggregatetype\}\.events"\)/);
+    assert.match(out, /set topicPrefix/);
+    assert.match(out, /tags: "team" is not a tag: give comma-separated key=value pairs/);
     assert.ok(!existsSync(join(dir, 'cloudformation-template-update-stack.json')), 'nothing was packaged');
   });
 });

@@ -235,16 +235,17 @@ describe('loadConfig: every variable, its default and its bounds', () => {
   });
 });
 
-describe('loadConfig: telemetry (service, stage, namespace, where metrics go)', () => {
-  it('defaults: outbox-relay, local, OutboxRelay; metrics to stderr outside Lambda, stdout inside', () => {
-    assert.deepEqual(loadConfig(base).telemetry, { serviceName: 'outbox-relay', stage: 'local', metricsNamespace: 'OutboxRelay', metrics: 'stderr' });
+describe('loadConfig: telemetry (service, stage, namespace, where metrics go, tracing)', () => {
+  it('defaults: outbox-relay, local, OutboxRelay; metrics to stderr outside Lambda, stdout inside; no tracing', () => {
+    assert.deepEqual(loadConfig(base).telemetry, { serviceName: 'outbox-relay', stage: 'local', metricsNamespace: 'OutboxRelay', metrics: 'stderr', tracing: false });
     assert.equal(loadConfig({ ...base, AWS_LAMBDA_FUNCTION_NAME: 'relay-prod' }).telemetry.metrics, 'stdout');
     assert.equal(loadConfig({ ...base, AWS_LAMBDA_FUNCTION_NAME: 'relay-prod', OUTBOX_METRICS: 'off' }).telemetry.metrics, 'off');
   });
 
   it('reads every variable', () => {
-    const t = loadConfig({ ...base, POWERTOOLS_SERVICE_NAME: 'orders-relay', OUTBOX_STAGE: 'prod-eu_1', POWERTOOLS_METRICS_NAMESPACE: 'Team/Outbox', OUTBOX_METRICS: 'STDOUT' }).telemetry;
-    assert.deepEqual(t, { serviceName: 'orders-relay', stage: 'prod-eu_1', metricsNamespace: 'Team/Outbox', metrics: 'stdout' });
+    const env = { POWERTOOLS_SERVICE_NAME: 'orders-relay', OUTBOX_STAGE: 'prod-eu_1', POWERTOOLS_METRICS_NAMESPACE: 'Team/Outbox', OUTBOX_METRICS: 'STDOUT', OUTBOX_TRACING: 'true' };
+    const t = loadConfig({ ...base, ...env }).telemetry;
+    assert.deepEqual(t, { serviceName: 'orders-relay', stage: 'prod-eu_1', metricsNamespace: 'Team/Outbox', metrics: 'stdout', tracing: true });
   });
 
   it('G8: refuses what CloudWatch would drop: a long service name, a stage or namespace of the wrong form, the AWS/ prefix', () => {

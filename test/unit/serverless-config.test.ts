@@ -281,6 +281,7 @@ function expectedAlarms(stage: string): Record<string, AlarmSpec> {
     InvocationErrorsAlarm: { namespace: 'AWS/Lambda', metric: 'Errors', dimensions: lambda, statistic: 'Sum', operator: 'GreaterThanThreshold', threshold: 0, minutes: 3, missing: 'notBreaching' },
     NoInvocationsAlarm: { namespace: 'AWS/Lambda', metric: 'Invocations', dimensions: lambda, statistic: 'Sum', operator: 'LessThanThreshold', threshold: 1, minutes: 5, missing: 'breaching' },
     ThrottlesAlarm: { namespace: 'AWS/Lambda', metric: 'Throttles', dimensions: lambda, statistic: 'Sum', operator: 'GreaterThanThreshold', threshold: 0, minutes: 5, missing: 'notBreaching' },
+    AsyncEventsDroppedAlarm: { namespace: 'AWS/Lambda', metric: 'AsyncEventsDropped', dimensions: lambda, statistic: 'Sum', operator: 'GreaterThanThreshold', threshold: 0, minutes: 3, missing: 'notBreaching' },
   };
 }
 
@@ -319,9 +320,10 @@ describe('serverless.yml: RDS IAM authentication', () => {
 });
 
 describe('serverless.yml: alarms', () => {
-  it('five alarms, each on its metric, namespace and dimensions, with its threshold, N of N one-minute periods and missing-data rule', () => {
+  it('six alarms on one metric each, with its namespace and dimensions, its threshold, N of N one-minute periods and missing-data rule', () => {
     const t = deployed();
-    const alarms = resourcesOfType(t, 'AWS::CloudWatch::Alarm');
+    const { DurationNearTimeoutAlarm, ...alarms } = resourcesOfType(t, 'AWS::CloudWatch::Alarm');
+    assert.ok(DurationNearTimeoutAlarm, 'and the duration alarm, on a metric expression (the next test)');
     const expected = expectedAlarms('prod');
     assert.deepEqual(Object.keys(alarms).sort(), Object.keys(expected).sort());
     for (const [id, e] of Object.entries(expected)) {
@@ -350,9 +352,9 @@ describe('serverless.yml: alarms', () => {
       const env = Object.fromEntries(Object.entries(t.provider.environment).filter(([, v]) => v !== '' && v !== null).map(([k, v]) => [k, String(v as string)]));
       delete env.DATABASE_SECRET_ID;
       const { telemetry } = loadConfig({ ...env, DATABASE_URL: 'postgres://u:p@h:5432/db', KAFKA_BROKERS: 'b-1:9096', AWS_LAMBDA_FUNCTION_NAME: functionName(stage) });
-      assert.deepEqual(telemetry, { serviceName: 'outbox-relay', stage, metricsNamespace: 'Team/Outbox', metrics: 'stdout' });
+      assert.deepEqual(telemetry, { serviceName: 'outbox-relay', stage, metricsNamespace: 'Team/Outbox', metrics: 'stdout', tracing: false });
       const alarms = resourcesOfType(t, 'AWS::CloudWatch::Alarm');
-      const own = Object.values(alarms).filter((a) => a.Namespace !== 'AWS/Lambda');
+      const own = Object.values(alarms).filter((a) => a.Namespace !== 'AWS/Lambda' && a.Metrics === undefined);
       assert.equal(own.length, 2);
       for (const a of own) {
         assert.equal(a.Namespace, telemetry.metricsNamespace);
@@ -373,6 +375,7 @@ describe('serverless.yml: alarms', () => {
       alarmErrorMinutes: '2',
       alarmNoInvocationMinutes: '15',
       alarmThrottleMinutes: '4',
+      alarmDroppedMinutes: '6',
     });
     const a = resourcesOfType(t, 'AWS::CloudWatch::Alarm');
     const picked = Object.fromEntries(Object.entries(a).map(([id, p]) => [id, [p.Threshold, p.EvaluationPeriods, p.DatapointsToAlarm]]));
@@ -382,16 +385,42 @@ describe('serverless.yml: alarms', () => {
       InvocationErrorsAlarm: [0, '2', '2'],
       NoInvocationsAlarm: [1, '15', '15'],
       ThrottlesAlarm: [0, '4', '4'],
+      AsyncEventsDroppedAlarm: [0, '6', '6'],
+      DurationNearTimeoutAlarm: [0.5, 1, 1],
     });
   });
 
-  it('notify nothing by default; with alarmTopicArn every alarm notifies that topic on ALARM and on OK', () => {
-    for (const a of Object.values(resourcesOfType(deployed(), 'AWS::CloudWatch::Alarm'))) {
-      assert.deepEqual([a.AlarmActions, a.OKActions], [[], []]);
+  it('near the timeout: an invocation that ends with less than half its safety margin left (timeout and margin are parameters)', () => {
+    const alarmsAt = (params: Record<string, string>, durationMs: number): boolean => {
+      const a = resourcesOfType(deployed(params), 'AWS::CloudWatch::Alarm').DurationNearTimeoutAlarm!;
+      const [duration, expr] = a.Metrics as Obj[];
+      const stat = duration!.MetricStat as Obj;
+      assert.deepEqual([(stat.Metric as Obj).Namespace, (stat.Metric as Obj).MetricName, stat.Stat, stat.Period], ['AWS/Lambda', 'Duration', 'Maximum', 60]);
+      assert.deepEqual((stat.Metric as Obj).Dimensions, [{ Name: 'FunctionName', Value: FUNCTION }]);
+      assert.equal(a.ComparisonOperator, 'LessThanThreshold');
+      // once the parameters are in, the expression is (timeout ms - duration) / margin ms: evaluated as CloudWatch would
+      const m = /^\((\d+) - duration\) \/ (\d+)$/.exec(expr!.Expression as string);
+      assert.ok(m, `unexpected expression ${expr!.Expression as string}`);
+      return (Number(m[1]) - durationMs) / Number(m[2]) < (a.Threshold as number);
+    };
+    assert.equal(alarmsAt({}, 57_000), false, 'ended at the relay deadline (60 s - 3 s margin)');
+    assert.equal(alarmsAt({}, 58_400), false);
+    assert.equal(alarmsAt({}, 58_600), true, 'less than 1.5 s of the 3 s margin left');
+    assert.equal(alarmsAt({}, 60_000), true, 'timed out');
+    assert.equal(alarmsAt({ timeout: '120', safetyMarginMs: '10000' }, 114_000), false);
+    assert.equal(alarmsAt({ timeout: '120', safetyMarginMs: '10000' }, 116_000), true);
+  });
+
+  it('notify the topic they create by default; with alarmTopicArn every alarm notifies that topic instead, on ALARM and on OK', () => {
+    const own = deployed();
+    assert.equal(condition(own, 'CreateAlarmTopic'), true);
+    for (const a of Object.values(resourcesOfType(own, 'AWS::CloudWatch::Alarm'))) {
+      assert.deepEqual([a.AlarmActions, a.OKActions], [[{ Ref: 'RelayAlarmTopic' }], [{ Ref: 'RelayAlarmTopic' }]]);
     }
     const topic = 'arn:aws:sns:us-east-1:123456789012:outbox-oncall';
-    const alarms = resourcesOfType(deployed({ alarmTopicArn: topic }), 'AWS::CloudWatch::Alarm');
-    for (const [id, a] of Object.entries(alarms)) assert.deepEqual([a.AlarmActions, a.OKActions], [[topic], [topic]], id);
+    const given = deployed({ alarmTopicArn: topic });
+    assert.equal(condition(given, 'CreateAlarmTopic'), false, 'no topic of its own');
+    for (const [id, a] of Object.entries(resourcesOfType(given, 'AWS::CloudWatch::Alarm'))) assert.deepEqual([a.AlarmActions, a.OKActions], [[topic], [topic]], id);
   });
 
   it('the no-invocation alarm acts only while the schedule is enabled', () => {
