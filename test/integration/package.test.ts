@@ -606,7 +606,7 @@ describe('packaged for AWS with MSK IAM access control', () => {
     assert.ok(!existsSync(join(dir, 'cloudformation-template-update-stack.json')), 'nothing was packaged');
   });
 
-  it('kafkaAuth=iam with no topic prefix (empty topicPrefix, a template starting with a placeholder) and malformed tags: refused, naming the parameters', () => {
+  it('G8: kafkaAuth=iam with no topic prefix (empty topicPrefix, a template starting with a placeholder) and malformed tags: refused, naming the parameters', () => {
     const dir = mkdtempSync(join(tmpdir(), 'outbox-relay-package-'));
     tmpDirs.push(dir);
     const params = [`databaseSecretArn=${DB_SECRET}`, `kafkaBrokers=${BROKERS}`, 'kafkaAuth=iam', `mskClusterArn=${CLUSTER}`, 'topicTemplate={aggregatetype}.events', 'tags=team'];
