@@ -6,11 +6,13 @@
 #   bash scripts/services.sh status  [postgres|pgbouncer|kafka|moto ...]   up/down per service; exit 1 if any is down
 #   bash scripts/services.sh restart [postgres|pgbouncer|kafka|moto ...]   down + up
 #
-#   Postgres 15  127.0.0.1:5432  postgres://outbox:outbox@127.0.0.1:5432/outbox  (superuser postgres/postgres)
+#   Postgres 15  127.0.0.1:5432  postgres://outbox:outbox@127.0.0.1:5432/outbox  (superuser postgres/postgres), TLS too
 #   PgBouncer    127.0.0.1:6432  the same database through a transaction-mode pooler (scripts/services/pgbouncer.sh)
 #   Kafka 4      127.0.0.1:9092  KRaft single node, auto-create off              (pid: .cache/run/kafka.pid)
 #                127.0.0.1:9094  SASL/SCRAM-SHA-256/512, user relay / relay-secret
 #                127.0.0.1:9095, :9097 (SASL) advertised as :9096, :9098, for test proxies (scripts/services/kafka.sh)
+#                127.0.0.1:9099  SSL; 127.0.0.1:9100 SASL_SSL (SCRAM)
+#   TLS          .cache/tls/ca.pem signs every certificate: NODE_EXTRA_CA_CERTS=.cache/tls/ca.pem (scripts/services/tls.sh)
 #   moto         127.0.0.1:4566  AWS_ENDPOINT_URL=http://127.0.0.1:4566, keys test/test, us-east-1
 #
 # `up` is idempotent: running services are checked, not restarted, and a dead one (e.g. a broker
@@ -47,6 +49,8 @@ if [[ "${OUTBOX_SERVICES:-local}" == docker ]]; then
 fi
 [[ "${OUTBOX_SERVICES:-local}" == local ]] || fail services "OUTBOX_SERVICES must be 'local' (default) or 'docker'" ""
 
+# shellcheck source=services/tls.sh
+source "$SERVICES_DIR/tls.sh"
 # shellcheck source=services/postgres.sh
 source "$SERVICES_DIR/postgres.sh"
 # shellcheck source=services/pgbouncer.sh
@@ -95,6 +99,7 @@ case "$cmd" in
     failed=0
     for p in "${installs[@]}"; do wait "$p" || failed=1; done
     ((failed == 0)) || exit 1
+    tls_certs
     for s in "${services[@]}"; do "$(fn_prefix "$s")_up"; done
     log "all up in $((SECONDS - start))s: ${services[*]}"
     ;;
@@ -104,6 +109,7 @@ case "$cmd" in
     ;;
   restart)
     for ((i = ${#services[@]} - 1; i >= 0; i--)); do "$(fn_prefix "${services[i]}")_down"; done
+    tls_certs
     for s in "${services[@]}"; do "$(fn_prefix "$s")_up"; done
     ;;
   status)

@@ -9,6 +9,8 @@
 #   9094  SASL_PLAINTEXT SCRAM-SHA-256/512, user relay / relay-secret (created by `up`)
 #   9095  PROXIED        plaintext, ADVERTISED as 9096
 #   9097  SASL_PROXIED   SCRAM, ADVERTISED as 9098
+#   9099  SSL            TLS, the certificate of scripts/services/tls.sh (trust .cache/tls/ca.pem)
+#   9100  SASL_SSL       SCRAM over TLS
 # Nothing listens on 9096/9098 unless a test starts a proxy there (test/integration/kafka-proxy.ts):
 # a client reconnects to the address it gets in metadata, so advertising the proxy's port makes
 # every connection of a client bootstrapped at 9096 (9098) go through the proxy, which lets a test
@@ -27,6 +29,8 @@ KAFKA_PROXIED_PORT=9095      # advertised as KAFKA_PROXY_PORT
 KAFKA_PROXY_PORT=9096
 KAFKA_SASL_PROXIED_PORT=9097 # advertised as KAFKA_SASL_PROXY_PORT
 KAFKA_SASL_PROXY_PORT=9098
+KAFKA_SSL_PORT=9099
+KAFKA_SASL_SSL_PORT=9100
 KAFKA_SCRAM_USER=relay
 KAFKA_SCRAM_PASSWORD=relay-secret
 KAFKA_DIR="$CACHE/kafka"
@@ -81,18 +85,23 @@ kafka_write_conf() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.bootstrap.servers=127.0.0.1:$KAFKA_CONTROLLER_PORT
-listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT,SASL_PLAINTEXT://127.0.0.1:$KAFKA_SASL_PORT,PROXIED://127.0.0.1:$KAFKA_PROXIED_PORT,SASL_PROXIED://127.0.0.1:$KAFKA_SASL_PROXIED_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT,SASL_PLAINTEXT://127.0.0.1:$KAFKA_SASL_PORT,PROXIED://127.0.0.1:$KAFKA_PROXIED_PORT,SASL_PROXIED://127.0.0.1:$KAFKA_SASL_PROXIED_PORT,SSL://127.0.0.1:$KAFKA_SSL_PORT,SASL_SSL://127.0.0.1:$KAFKA_SASL_SSL_PORT
 # PROXIED and SASL_PROXIED advertise the port of a test's proxy, not their own (see the top of kafka.sh)
-advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SASL_PLAINTEXT://127.0.0.1:$KAFKA_SASL_PORT,PROXIED://127.0.0.1:$KAFKA_PROXY_PORT,SASL_PROXIED://127.0.0.1:$KAFKA_SASL_PROXY_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SASL_PLAINTEXT://127.0.0.1:$KAFKA_SASL_PORT,PROXIED://127.0.0.1:$KAFKA_PROXY_PORT,SASL_PROXIED://127.0.0.1:$KAFKA_SASL_PROXY_PORT,SSL://127.0.0.1:$KAFKA_SSL_PORT,SASL_SSL://127.0.0.1:$KAFKA_SASL_SSL_PORT
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,PROXIED:PLAINTEXT,SASL_PROXIED:SASL_PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,PROXIED:PLAINTEXT,SASL_PROXIED:SASL_PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL
+# the SSL and SASL_SSL listeners' certificate and key (scripts/services/tls.sh); no client certificates
+ssl.keystore.type=PEM
+ssl.keystore.location=$TLS_DIR/kafka-keystore.pem
 # SCRAM on both SASL listeners; the credentials live in the cluster metadata (KafkaScram.java)
 sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512
 listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.sasl_proxied.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.sasl_proxied.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 log.dirs=$KAFKA_DATA
 num.partitions=3
 default.replication.factor=1
@@ -171,7 +180,7 @@ kafka_ready() {
 }
 
 # What the status and log lines say about the listeners besides 9092.
-KAFKA_LISTENERS_NOTE="SASL/SCRAM 127.0.0.1:$KAFKA_SASL_PORT; proxied $KAFKA_PROXIED_PORT→$KAFKA_PROXY_PORT, SASL $KAFKA_SASL_PROXIED_PORT→$KAFKA_SASL_PROXY_PORT"
+KAFKA_LISTENERS_NOTE="SASL/SCRAM 127.0.0.1:$KAFKA_SASL_PORT; proxied $KAFKA_PROXIED_PORT→$KAFKA_PROXY_PORT, SASL $KAFKA_SASL_PROXIED_PORT→$KAFKA_SASL_PROXY_PORT; SSL $KAFKA_SSL_PORT, SASL_SSL $KAFKA_SASL_SSL_PORT"
 
 # kafka_scram_user: the SCRAM user of the SASL listeners, both mechanisms. The credential lives in
 # the cluster metadata (it survives restarts), so this is an upsert that runs on every `up`: it
@@ -185,19 +194,33 @@ kafka_scram_user() {
   fi
 }
 
+# kafka_current: the running broker has every listener and the keystore tls.sh made last.
+kafka_current() {
+  local port
+  for port in "$KAFKA_SASL_PORT" "$KAFKA_PROXIED_PORT" "$KAFKA_SASL_PROXIED_PORT" "$KAFKA_SSL_PORT" "$KAFKA_SASL_SSL_PORT"; do
+    port_open "$port" || return 1
+  done
+  [[ "$(cat "$KAFKA_DIR/keystore.stamp" 2>/dev/null)" == "$(file_hash "$TLS_DIR/kafka-keystore.pem")" ]]
+}
+
 kafka_up() {
   if alive kafka "$KAFKA_PATTERN"; then
     if paused kafka; then
       log "kafka: pid $(pid_of kafka) was stopped (SIGSTOP); sending SIGCONT"
       kill -CONT "$(pid_of kafka)"
     fi
-    if kafka_ready 15000; then
-      # a broker started before the SASL/proxied listeners existed: its config is stale
-      port_open "$KAFKA_SASL_PORT" ||
-        fail kafka "pid $(pid_of kafka) runs without the SASL listener 127.0.0.1:$KAFKA_SASL_PORT (started with an older config); run: bash scripts/services.sh restart kafka" ""
+    if kafka_ready 15000 && kafka_current; then
       kafka_scram_user
       log "kafka: already up (pid $(pid_of kafka), 127.0.0.1:$KAFKA_PORT; $KAFKA_LISTENERS_NOTE)"
       return 0
+    fi
+    if kafka_ready 1000; then
+      # started with an older config (before a listener existed) or an older certificate: listeners
+      # and keystore are read at start only, so restart it, once (`up` runs before any test does)
+      log "kafka: pid $(pid_of kafka) runs an older config (a listener closed or a new certificate since); restarting it"
+      kafka_down
+      kafka_up
+      return
     fi
     fail kafka "pid $(pid_of kafka) runs but does not answer metadata requests on 127.0.0.1:$KAFKA_PORT (health: $KAFKA_DIR/health.log); try: bash scripts/services.sh restart kafka" "$KAFKA_LOG"
   fi
@@ -205,8 +228,9 @@ kafka_up() {
   kafka_install
   kafka_write_conf
   kafka_format
+  file_hash "$TLS_DIR/kafka-keystore.pem" >"$KAFKA_DIR/keystore.stamp"
   local port
-  for port in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$KAFKA_SASL_PORT" "$KAFKA_PROXIED_PORT" "$KAFKA_SASL_PROXIED_PORT"; do
+  for port in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$KAFKA_SASL_PORT" "$KAFKA_PROXIED_PORT" "$KAFKA_SASL_PROXIED_PORT" "$KAFKA_SSL_PORT" "$KAFKA_SASL_SSL_PORT"; do
     require_port_free kafka "$port" "$KAFKA_LOG"
   done
   log "kafka: starting broker+controller (log $KAFKA_LOG)"

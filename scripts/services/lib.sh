@@ -4,7 +4,8 @@
 # the pids of what `up` started live in $RUN and are the only processes `down` ever signals.
 
 ROOT="${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
-CACHE="$ROOT/.cache"
+# resolved: worktrees that share one .cache (a symlink) then name the same running services
+CACHE="$(readlink -f "$ROOT/.cache" 2>/dev/null || printf "%s" "$ROOT/.cache")"
 RUN="$CACHE/run"
 SERVICES_DIR="$ROOT/scripts/services"
 mkdir -p "$RUN"

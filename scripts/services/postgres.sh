@@ -9,6 +9,8 @@
 #
 # Only TCP on 127.0.0.1 (no unix socket: the repo path can exceed the 107-byte socket limit),
 # scram-sha-256 everywhere, wal_level=logical (Debezium-compatible table, logical slots work).
+# TLS on (ssl = on, the certificate of scripts/services/tls.sh for localhost and 127.0.0.1);
+# plaintext is still accepted. A running server takes new certificates with a reload, no restart.
 
 PG_MAJOR=15
 PG_PORT=5432
@@ -128,10 +130,47 @@ log_timezone = 'UTC'
 log_line_prefix = '%m [%p] %q%u@%d '
 log_min_messages = warning
 log_connections = off
+ssl = on
+ssl_cert_file = '$(pg_home)/tls/server.pem'
+ssl_key_file = '$(pg_home)/tls/server.key'
 EOF
   is_root && chown "$(pg_os_user):" "$conf"
   grep -q "^include_if_exists = 'outbox-local.conf'" "$data/postgresql.conf" ||
     printf "\ninclude_if_exists = 'outbox-local.conf'\n" >>"$data/postgresql.conf"
+}
+
+# pg_tls_files: the server's certificate and key where the server's user can read them (Postgres
+# refuses a key others can read). Returns 1 when they changed (a running server must reload).
+pg_tls_files() {
+  local dir
+  dir="$(pg_home)/tls"
+  mkdir -p "$dir"
+  if cmp -s "$TLS_DIR/server.pem" "$dir/server.pem" && cmp -s "$TLS_DIR/server.key" "$dir/server.key"; then return 0; fi
+  install -m 644 "$TLS_DIR/server.pem" "$dir/server.pem"
+  install -m 600 "$TLS_DIR/server.key" "$dir/server.key"
+  is_root && chown -R "$(pg_os_user):" "$dir"
+  return 1
+}
+
+# pg_tls_check: a verify-full connection succeeds (the CA checks the certificate, the name matches).
+pg_tls_check() {
+  PGSSLMODE=verify-full PGSSLROOTCERT="$TLS_DIR/ca.pem" pg_psql -d postgres -Atc 'SELECT 1' >/dev/null 2>>"$PG_LOG"
+}
+
+# A server started before ssl = on (or with certificates since made again): its settings reloaded.
+pg_tls_reload() {
+  local changed=0
+  pg_tls_files || changed=1
+  if ((changed == 0)) && pg_tls_check; then return 0; fi
+  log "postgres: turning TLS on / taking the new certificate (pg_reload_conf, no restart)"
+  pg_write_conf
+  pg_psql -d postgres -Atc 'SELECT pg_reload_conf()' >/dev/null 2>>"$PG_LOG" || fail postgres "pg_reload_conf() failed" "$PG_LOG"
+  local i
+  for ((i = 0; i < 25; i++)); do
+    pg_tls_check && return 0
+    sleep 0.2
+  done
+  fail postgres "TLS does not work after a reload: psql with sslmode=verify-full and $TLS_DIR/ca.pem was refused" "$PG_LOG"
 }
 
 pg_ready() {
@@ -175,7 +214,8 @@ pg_up() {
       kill -CONT "$(pid_of postgres)"
     fi
     if pg_ready 5; then
-      log "postgres: already up (pid $(pid_of postgres), 127.0.0.1:$PG_PORT)"
+      pg_tls_reload
+      log "postgres: already up (pid $(pid_of postgres), 127.0.0.1:$PG_PORT, TLS on)"
       pg_check_logical
       return 0
     fi
@@ -185,6 +225,7 @@ pg_up() {
   pg_install
   pg_prepare_dirs
   pg_initdb
+  pg_tls_files || true
   pg_write_conf
   require_port_free postgres "$PG_PORT" "$PG_LOG"
   local data
@@ -207,7 +248,8 @@ pg_up() {
   done
   pg_ready 2 || fail postgres "not accepting connections on 127.0.0.1:$PG_PORT after 20s" "$PG_LOG"
   pg_bootstrap
-  log "postgres: up (pid $(pid_of postgres)) postgres://outbox:outbox@127.0.0.1:$PG_PORT/outbox"
+  pg_tls_check || fail postgres "started, but refuses TLS with sslmode=verify-full and $TLS_DIR/ca.pem" "$PG_LOG"
+  log "postgres: up (pid $(pid_of postgres)) postgres://outbox:outbox@127.0.0.1:$PG_PORT/outbox (TLS on)"
 }
 
 pg_down() {
