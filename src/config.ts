@@ -18,7 +18,7 @@ import {
 import { ConfigError } from './errors.ts';
 import { LOG_LEVELS, type LogLevel } from './log.ts';
 import { TEST_HOOKS } from './test-hooks.ts';
-import { DATABASE_SSL_MODES, databaseTls, iamTlsProblem, kafkaTlsDefault, mskIamPlaintextProblem, urlHosts, urlLogin, type DatabaseSsl } from './transport.ts';
+import { ALLOW_PLAINTEXT_LOGIN, DATABASE_SSL_MODES, databasePlaintextProblem, databaseTls, kafkaPlaintextProblem, kafkaTlsDefault, urlHosts, urlLogin, type DatabaseSsl } from './transport.ts';
 
 export const KAFKA_CLIENTS = ['kafkajs', 'platformatic'] as const;
 export type KafkaClientName = (typeof KAFKA_CLIENTS)[number];
@@ -86,6 +86,8 @@ export interface Config {
     /** the probe's period when wake = poll */
     pollMs: number;
   };
+  /** OUTBOX_ALLOW_PLAINTEXT_LOGIN: a password or token may go unencrypted to another machine (transport.ts) */
+  allowPlaintextLogin: boolean;
   /** OUTBOX_LOG_LEVEL, else POWERTOOLS_LOG_LEVEL, else LOG_LEVEL, else info */
   logLevel: LogLevel;
   /** Powertools logger and metrics (src/log.ts, src/metrics.ts) */
@@ -179,10 +181,12 @@ export function loadConfig(env: Env = process.env): Config {
   for (const [name, instead] of Object.entries(REMOVED_SETTINGS)) {
     if (read.str(name) !== undefined) read.problems.push(`${name} was removed: ${instead}`);
   }
-  const database = databaseConfig(read);
+  const allowPlaintextLogin = read.bool(ALLOW_PLAINTEXT_LOGIN, false);
+  const database = databaseConfig(read, allowPlaintextLogin);
   const config: Config = {
     database,
-    kafka: kafkaConfig(read),
+    kafka: kafkaConfig(read, allowPlaintextLogin),
+    allowPlaintextLogin,
     outbox: outboxConfig(read, database.prepare),
     logLevel: logLevel(read),
     telemetry: telemetryConfig(read),
@@ -193,7 +197,7 @@ export function loadConfig(env: Env = process.env): Config {
   return config;
 }
 
-function databaseConfig(read: EnvReader): Config['database'] {
+function databaseConfig(read: EnvReader, allowPlaintext: boolean): Config['database'] {
   const url = read.str('DATABASE_URL');
   const secretId = read.str('DATABASE_SECRET_ID');
   if (!url && !secretId) {
@@ -208,8 +212,12 @@ function databaseConfig(read: EnvReader): Config['database'] {
   }
   const auth = read.oneOf('DATABASE_AUTH', ['password', 'iam'] as const, 'password');
   const ssl = read.str('DATABASE_SSL') === undefined ? undefined : read.oneOf('DATABASE_SSL', DATABASE_SSL_MODES, 'verify-full', 'verify-full, or disable when the host is this machine');
-  // with a secret, the host is known only once it is read: the Runtime applies the same rule then
-  if (auth === 'iam' && url && urlHosts(url).length > 0) iamUrlProblems(read, url, ssl);
+  // with a secret, the host is known only once it is read: the Runtime applies the same rules then
+  if (url && urlHosts(url).length > 0) {
+    if (auth === 'iam') iamUrlProblems(read, url, ssl, allowPlaintext);
+    const plaintext = auth === 'password' && !allowPlaintext ? databasePlaintextProblem(databaseTls(ssl, url, urlHosts(url)), urlHosts(url), auth) : undefined;
+    if (plaintext) read.problems.push(plaintext);
+  }
   return {
     url,
     secretId,
@@ -222,7 +230,7 @@ function databaseConfig(read: EnvReader): Config['database'] {
 }
 
 /** DATABASE_AUTH=iam with DATABASE_URL: one host, a user, no password, TLS unless the host is this machine. */
-function iamUrlProblems(read: EnvReader, url: string, ssl: DatabaseSsl | undefined): void {
+function iamUrlProblems(read: EnvReader, url: string, ssl: DatabaseSsl | undefined, allowPlaintext: boolean): void {
   const hosts = urlHosts(url);
   if (hosts.length > 1) {
     read.problems.push('DATABASE_AUTH=iam signs a token for one host, and DATABASE_URL names several: name the one endpoint (an instance, cluster or RDS Proxy endpoint)');
@@ -231,11 +239,11 @@ function iamUrlProblems(read: EnvReader, url: string, ssl: DatabaseSsl | undefin
   const login = urlLogin(url);
   if (!login.user) read.problems.push('DATABASE_AUTH=iam needs the database user in DATABASE_URL, as the token is signed for it: postgres://user@host:5432/db');
   if (new URL(url).password) read.problems.push('DATABASE_URL has a password, but DATABASE_AUTH=iam logs in with a token: remove the password (postgres://user@host:5432/db)');
-  const tls = iamTlsProblem(databaseTls(ssl, url, hosts), hosts);
+  const tls = allowPlaintext ? undefined : databasePlaintextProblem(databaseTls(ssl, url, hosts), hosts, 'iam');
   if (tls) read.problems.push(tls);
 }
 
-function kafkaConfig(read: EnvReader): Config['kafka'] {
+function kafkaConfig(read: EnvReader, allowPlaintext: boolean): Config['kafka'] {
   const brokers = (read.str('KAFKA_BROKERS') ?? '').split(',').map((b) => b.trim()).filter(Boolean);
   if (brokers.length === 0) {
     read.problems.push('KAFKA_BROKERS is required: a comma-separated list of host:port, e.g. KAFKA_BROKERS=b-1.msk.example:9096,b-2.msk.example:9096');
@@ -251,8 +259,8 @@ function kafkaConfig(read: EnvReader): Config['kafka'] {
   }
   // SASL credentials and IAM tokens never cross a network in the clear by default
   const ssl = read.bool('KAFKA_SSL', kafkaTlsDefault(secretId !== undefined || auth === 'iam', brokers));
-  const plaintextIam = auth === 'iam' ? mskIamPlaintextProblem({ ssl, brokers }) : undefined;
-  if (plaintextIam) read.problems.push(plaintextIam);
+  const plaintext = allowPlaintext ? undefined : kafkaPlaintextProblem({ ssl, brokers, auth });
+  if (plaintext) read.problems.push(plaintext);
   return {
     // kafkajs stays the default: it is the client users named; platformatic is the maintained one
     client: read.oneOf('OUTBOX_KAFKA_CLIENT', KAFKA_CLIENTS, 'kafkajs'),

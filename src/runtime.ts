@@ -17,7 +17,7 @@ import { OutboxStore, type StoreOptions } from './outbox/store.ts';
 import { runInvocation, type Summary } from './relay.ts';
 import { databaseTargetFromSecret, kafkaCredentialsFromSecret, SecretsManagerSource, type SecretSource } from './secrets.ts';
 import type { RdsAuthTokens } from './rds-iam.ts';
-import { databaseTls, databaseTlsWarning, iamTlsProblem, kafkaTlsWarning, saslPlaintextProblem, saslWithoutTls, urlHosts, urlLogin, type DatabaseTls } from './transport.ts';
+import { ALLOW_PLAINTEXT_LOGIN, databasePlaintextProblem, databaseTls, databaseTlsWarning, kafkaPlaintextProblem, kafkaTlsWarning, urlHosts, urlLogin, type DatabaseTls } from './transport.ts';
 
 export class Runtime {
   private sql: Sql | undefined;
@@ -35,6 +35,12 @@ export class Runtime {
     this.secrets = secrets ?? new SecretsManagerSource();
     this.prepare = config.database.prepare;
     this.warnOnce(kafkaTlsWarning(config.kafka));
+    this.warnOnce(this.allowedPlaintext(kafkaPlaintextProblem(config.kafka)));
+  }
+
+  /** A plaintext login OUTBOX_ALLOW_PLAINTEXT_LOGIN allowed, as the warning that says what it risks. */
+  private allowedPlaintext(problem: string | undefined): string | undefined {
+    return problem && `${ALLOW_PLAINTEXT_LOGIN}=true allows it: ${problem.slice(0, problem.lastIndexOf(':'))}`;
   }
 
   /** the warnings about weak settings already logged: each once per container, at its start */
@@ -63,13 +69,11 @@ export class Runtime {
    * signed at once, so that missing credentials or region fail here, saying what to check, before
    * any connection. The signer is loaded only for DATABASE_AUTH=iam.
    */
-  private async iamTokens(target: DatabaseTarget, tls: DatabaseTls, hosts: string[]): Promise<RdsAuthTokens> {
+  private async iamTokens(target: DatabaseTarget, hosts: string[]): Promise<RdsAuthTokens> {
     const source = this.config.database.url ? 'DATABASE_URL' : `the secret ${JSON.stringify(this.config.database.secretId)}`;
     if (hosts.length !== 1) throw new ConfigError([`DATABASE_AUTH=iam signs a token for one host, and ${source} names ${hosts.length === 0 ? 'none' : 'several'}: name the one endpoint`]);
     const login = 'url' in target ? urlLogin(target.url) : { host: target.host, port: target.port, user: target.user };
     if (!login.user) throw new ConfigError([`DATABASE_AUTH=iam needs the database user, as the token is signed for it, and ${source} names none`]);
-    const problem = iamTlsProblem(tls, hosts);
-    if (problem) throw new ConfigError([problem]);
     const { RdsAuthTokens } = await import('./rds-iam.ts');
     const tokens = new RdsAuthTokens(login);
     await tokens.sign();
@@ -97,7 +101,11 @@ export class Runtime {
     const hosts = 'url' in target ? urlHosts(target.url) : [target.host];
     const tls = databaseTls(this.config.database.ssl, 'url' in target ? target.url : undefined, hosts);
     this.warnOnce(databaseTlsWarning(tls));
-    this.iam = this.config.database.auth === 'iam' ? await this.iamTokens(target, tls, hosts) : undefined;
+    // config.ts refused a DATABASE_URL's plaintext login; a secret's host is known only now
+    const plaintext = databasePlaintextProblem(tls, hosts, this.config.database.auth);
+    if (plaintext && !this.config.allowPlaintextLogin) throw new ConfigError([plaintext]);
+    this.warnOnce(this.allowedPlaintext(plaintext));
+    this.iam = this.config.database.auth === 'iam' ? await this.iamTokens(target, hosts) : undefined;
     let client = this.connect(target, this.config.database.prepare, tls);
     this.prepare = this.config.database.prepare;
     if (this.prepare) {
@@ -214,13 +222,10 @@ export class Runtime {
     return { mechanism: 'aws-msk-iam', token: () => tokens.token() };
   }
 
-  /** The Kafka secret's credentials, refused when their mechanism would send the password in the clear (transport.ts). */
+  /** The Kafka secret's credentials (config.ts refused sending them unencrypted off this machine, unless allowed). */
   private async kafkaCredentials(refresh: boolean, deadline?: Deadline): Promise<KafkaCredentials> {
     const kafka = this.config.kafka;
-    const credentials = kafkaCredentialsFromSecret(kafka.secretId!, await this.secrets.get(kafka.secretId!, refresh, deadline));
-    const problem = saslPlaintextProblem(kafka, credentials.mechanism, kafka.secretId!);
-    if (problem) throw new ConfigError([problem]);
-    return credentials;
+    return kafkaCredentialsFromSecret(kafka.secretId!, await this.secrets.get(kafka.secretId!, refresh, deadline));
   }
 
   /**
@@ -238,10 +243,6 @@ export class Runtime {
     const deadline = Deadline.fromRemaining(remainingMs, this.config.outbox.safetyMarginMs);
     // a cold start: the Kafka client's module loads while the database connects (a no-op once loaded)
     if (!this.publisherInstance) preloadKafkaClient(this.config.kafka.client);
-    // SASL without TLS to brokers off this machine: whether that is allowed depends on the
-    // secret's mechanism, so read it (once per container; the producer reuses it) before anything
-    // is claimed, and fail as a configuration error rather than as an unavailable broker
-    if (saslWithoutTls(this.config.kafka)) await this.kafkaCredentials(false, deadline);
     const deps = (store: OutboxStore) => ({
       store,
       publisher: this.publisher(),

@@ -1,10 +1,13 @@
-// How the relay's connections are protected: TLS unless the other end is this machine, SASL's
-// cleartext mechanism never over plaintext to another machine, and a warning for every setting
-// that encrypts without checking whom it talks to. Pure rules: config.ts applies the ones it can
-// decide from the environment; runtime.ts the ones that need a secret's contents (an RDS-style
-// secret names its host, a Kafka secret its mechanism).
+// How the relay's connections are protected: TLS unless the other end is this machine, no login
+// (password, SASL, IAM token) sent unencrypted to another machine unless OUTBOX_ALLOW_PLAINTEXT_LOGIN
+// says so, and a warning for every setting that encrypts without checking whom it talks to. Pure
+// rules: config.ts applies the ones it can decide from the environment; runtime.ts the database's
+// when a secret names its host.
 import { isIP } from 'node:net';
-import type { SaslMechanism } from './domain.ts';
+
+/** The one setting that lets a login cross a network unencrypted: a decision, never a default. */
+export const ALLOW_PLAINTEXT_LOGIN = 'OUTBOX_ALLOW_PLAINTEXT_LOGIN';
+const OPT_IN = `or, only if every network path to it is private and you accept that risk, set ${ALLOW_PLAINTEXT_LOGIN}=true`;
 
 /** DATABASE_SSL's values. */
 export const DATABASE_SSL_MODES = ['disable', 'require', 'verify-full'] as const;
@@ -102,28 +105,36 @@ function urlSslMode(url: string): string | undefined {
   return 'verify-full';
 }
 
+const settingOf = (tls: DatabaseTls) => (tls.source === 'DATABASE_SSL' ? `DATABASE_SSL=${tls.mode}` : `the database URL's sslmode=${tls.mode}`);
+
 /** A warning for TLS that encrypts (or may) without checking the server; undefined when there is nothing to say. */
 export function databaseTlsWarning(tls: DatabaseTls): string | undefined {
-  const setting = tls.source === 'DATABASE_SSL' ? `DATABASE_SSL=${tls.mode}` : `the database URL's sslmode=${tls.mode}`;
+  const setting = settingOf(tls);
   const fix = 'use DATABASE_SSL=verify-full (on Lambda with NODE_EXTRA_CA_CERTS=/var/runtime/ca-cert.pem for the RDS CAs; docs/DEPLOY.md, "TLS to Postgres")';
   if (tls.mode === 'require') {
     return `${setting} encrypts the database connection but checks no certificate, so anyone on the network path can pose as the database and read the password: ${fix}`;
   }
   if (tls.mode === 'prefer' || tls.mode === 'allow') {
-    return `${setting} checks no certificate and falls back to no encryption when the server offers none: ${fix}`;
+    return `${setting} checks no certificate and falls back to no encryption when the server offers none, the login and every row then in the clear: ${fix}`;
   }
   return undefined;
 }
 
 /**
- * DATABASE_AUTH=iam sends a token that logs anyone in as the user for 15 minutes: only over TLS
- * (require or verify-full), except to this machine (a local proxy or tunnel, the tests' proxy).
+ * A database login unencrypted to a host off this machine: a password with TLS disabled, or an
+ * IAM token (it logs anyone in as its user for 15 minutes) with anything short of require.
+ * Refused unless OUTBOX_ALLOW_PLAINTEXT_LOGIN=true; undefined when the login is protected.
  */
-export function iamTlsProblem(tls: DatabaseTls, hosts: readonly string[]): string | undefined {
-  if (allLoopback(hosts) || tls.mode === 'require' || tls.mode === 'verify-full') return undefined;
-  const setting = tls.source === 'DATABASE_SSL' ? `DATABASE_SSL=${tls.mode}` : `the database URL's sslmode=${tls.mode}`;
+export function databasePlaintextProblem(tls: DatabaseTls, hosts: readonly string[], auth: 'password' | 'iam'): string | undefined {
+  if (allLoopback(hosts)) return undefined;
+  const setting = settingOf(tls);
   const fix = tls.source === 'the URL' ? 'remove sslmode from the URL (the default is verify-full) or set DATABASE_SSL=verify-full' : 'unset DATABASE_SSL (the default is verify-full) or set it to verify-full';
-  return `DATABASE_AUTH=iam needs TLS to a database off this machine (the auth token logs anyone in as its user for 15 minutes), and ${setting} may send it unencrypted to ${hosts.join(',')}: ${fix}`;
+  if (auth === 'iam') {
+    if (tls.mode === 'require' || tls.mode === 'verify-full') return undefined;
+    return `DATABASE_AUTH=iam needs TLS to a database off this machine (the auth token logs anyone in as its user for 15 minutes), and ${setting} may send it unencrypted to ${hosts.join(',')}: ${fix}; ${OPT_IN}`;
+  }
+  if (tls.mode !== 'disable') return undefined;
+  return `${setting} sends the database login and every row unencrypted to ${hosts.join(',')}, for anyone on the network path to read or alter: ${fix}; ${OPT_IN}`;
 }
 
 /**
@@ -135,32 +146,23 @@ export function kafkaTlsDefault(sasl: boolean, brokers: readonly string[]): bool
 }
 
 /**
- * SASL PLAIN sends the password itself: refused over plaintext unless every broker is on this
- * machine. (SCRAM never sends it, and stays allowed without TLS when asked for explicitly.)
+ * A Kafka login unencrypted to brokers off this machine: an IAM token (it logs anyone in as the
+ * relay's role for up to 15 minutes), or the secret's SASL login (PLAIN sends the password as it
+ * is; SCRAM does not, but leaves the session and every event to whoever is on the path). Refused
+ * unless OUTBOX_ALLOW_PLAINTEXT_LOGIN=true; undefined when there is no login or it is protected.
  */
-export function saslPlaintextProblem(kafka: { ssl: boolean; brokers: readonly string[] }, mechanism: SaslMechanism, secretId: string): string | undefined {
-  if (mechanism !== 'plain' || kafka.ssl || allLoopback(kafka.brokers.map(brokerHost))) return undefined;
+export function kafkaPlaintextProblem(kafka: { ssl: boolean; brokers: readonly string[]; auth: 'none' | 'sasl' | 'iam' }): string | undefined {
+  if (kafka.auth === 'none' || kafka.ssl || allLoopback(kafka.brokers.map(brokerHost))) return undefined;
+  if (kafka.auth === 'iam') {
+    return (
+      `KAFKA_AUTH=iam with KAFKA_SSL=false would send the IAM token (it logs anyone in as the relay's role for up to 15 minutes) unencrypted to ${kafka.brokers.join(',')}: ` +
+      `unset KAFKA_SSL (it is on by default with IAM) and point KAFKA_BROKERS at the cluster's IAM listener (port 9098); ${OPT_IN}`
+    );
+  }
   return (
-    `the Kafka secret ${JSON.stringify(secretId)} (KAFKA_SECRET_ID) has mechanism plain, which sends the password as it is, and KAFKA_SSL=false would send it unencrypted to ${kafka.brokers.join(',')}: ` +
-    'unset KAFKA_SSL or set KAFKA_SSL=true (and point KAFKA_BROKERS at the TLS listener), or use mechanism scram-sha-512 in the secret'
+    `KAFKA_SSL=false would send the SASL login of KAFKA_SECRET_ID unencrypted to ${kafka.brokers.join(',')} (mechanism PLAIN sends the password as it is; with SCRAM, anyone on the path still reads every event): ` +
+    `unset KAFKA_SSL (it is on by default with SASL) and point KAFKA_BROKERS at the brokers' TLS listener; ${OPT_IN}`
   );
-}
-
-/**
- * KAFKA_AUTH=iam sends a token that logs anyone in as the relay's role for up to 15 minutes: only
- * over TLS, except to brokers on this machine (MSK's IAM listeners are TLS-only anyway).
- */
-export function mskIamPlaintextProblem(kafka: { ssl: boolean; brokers: readonly string[] }): string | undefined {
-  if (kafka.ssl || allLoopback(kafka.brokers.map(brokerHost))) return undefined;
-  return (
-    `KAFKA_AUTH=iam with KAFKA_SSL=false would send the IAM token (it logs anyone in as the relay's role for up to 15 minutes) unencrypted to ${kafka.brokers.join(',')}: ` +
-    "unset KAFKA_SSL (it is on by default with IAM) and point KAFKA_BROKERS at the cluster's IAM listener (port 9098)"
-  );
-}
-
-/** True when the relay would log in to brokers off this machine without TLS: the secret's mechanism decides whether that is allowed. */
-export function saslWithoutTls(kafka: { ssl: boolean; brokers: readonly string[]; secretId?: string }): boolean {
-  return kafka.secretId !== undefined && !kafka.ssl && !allLoopback(kafka.brokers.map(brokerHost));
 }
 
 /** A warning for Kafka TLS that does not check the brokers' certificates. */

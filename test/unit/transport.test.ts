@@ -1,7 +1,8 @@
 // Secure transport by default (src/transport.ts and where config.ts and runtime.ts apply it): TLS
 // to Postgres verified unless the host is this machine, TLS to Kafka whenever the relay logs in
-// to brokers off this machine, SASL PLAIN never in the clear to another machine, and a warning
-// at start for every setting that encrypts without checking the other end. The Runtime tests
+// to brokers off this machine, no login in the clear to another machine unless
+// OUTBOX_ALLOW_PLAINTEXT_LOGIN=true says so, and a warning at start for every setting that
+// encrypts without checking the other end, or sends a login in the clear because it was allowed. The Runtime tests
 // use listeners on this machine only (no shared service): what the relay sends first tells
 // whether it asked for TLS.
 import assert from 'node:assert/strict';
@@ -14,13 +15,13 @@ import { Runtime } from '../../src/runtime.ts';
 import type { SecretSource } from '../../src/secrets.ts';
 import {
   brokerHost,
+  databasePlaintextProblem,
   databaseTls,
   databaseTlsWarning,
-  iamTlsProblem,
   isLoopbackHost,
+  kafkaPlaintextProblem,
   kafkaTlsDefault,
   kafkaTlsWarning,
-  saslPlaintextProblem,
   urlHosts,
 } from '../../src/transport.ts';
 
@@ -69,13 +70,22 @@ describe('transport: TLS to Postgres', () => {
     assert.equal(databaseTls(undefined, 'postgres://u:p@localhost/db?application_name=x', ['localhost']).mode, 'disable');
   });
 
-  it('warns for require (and prefer/allow), naming the setting and the fix; not for verify-full or disable', () => {
+  it('warns for require (and prefer/allow), naming the setting, the risk and the fix; not for verify-full (disable off this machine is refused)', () => {
     const w = databaseTlsWarning(databaseTls('require', undefined, ['db.example.com']));
     assert.match(w ?? '', /^DATABASE_SSL=require encrypts the database connection but checks no certificate.*use DATABASE_SSL=verify-full/);
     assert.match(databaseTlsWarning(databaseTls(undefined, 'postgres://h/db?sslmode=require', ['h'])) ?? '', /^the database URL's sslmode=require/);
-    assert.match(databaseTlsWarning(databaseTls(undefined, 'postgres://h/db?sslmode=prefer', ['h'])) ?? '', /falls back to no encryption/);
+    assert.match(databaseTlsWarning(databaseTls(undefined, 'postgres://h/db?sslmode=prefer', ['h'])) ?? '', /falls back to no encryption when the server offers none, the login and every row then in the clear/);
     assert.equal(databaseTlsWarning(databaseTls(undefined, undefined, ['db.example.com'])), undefined);
-    assert.equal(databaseTlsWarning(databaseTls('disable', undefined, ['db.example.com'])), undefined);
+  });
+
+  it('a password login in the clear to a host off this machine is refused, naming the setting that allows it; loopback is not', () => {
+    const problem = /^DATABASE_SSL=disable sends the database login and every row unencrypted to db\.example\.com, for anyone on the network path to read or alter: unset DATABASE_SSL .*; or, only if every network path to it is private and you accept that risk, set OUTBOX_ALLOW_PLAINTEXT_LOGIN=true$/;
+    assert.throws(() => loadConfig({ ...remote, DATABASE_SSL: 'disable' }), (err: unknown) => err instanceof ConfigError && err.problems.length === 1 && problem.test(err.problems[0]!));
+    assert.throws(() => loadConfig({ ...remote, DATABASE_URL: 'postgres://u:p@db.example.com/db?sslmode=disable' }), /the database URL's sslmode=disable sends the database login .*remove sslmode from the URL.*OUTBOX_ALLOW_PLAINTEXT_LOGIN=true/);
+    assert.equal(loadConfig({ ...remote, DATABASE_SSL: 'disable', OUTBOX_ALLOW_PLAINTEXT_LOGIN: 'true' }).allowPlaintextLogin, true);
+    assert.equal(loadConfig({ ...local, DATABASE_SSL: 'disable' }).database.ssl, 'disable', 'this machine: nothing crosses a network');
+    assert.equal(databasePlaintextProblem(databaseTls('require', undefined, ['db.example.com']), ['db.example.com'], 'password'), undefined);
+    assert.equal(databasePlaintextProblem(databaseTls(undefined, 'postgres://h/db?sslmode=prefer', ['h']), ['h'], 'password'), undefined, 'prefer: a warning');
   });
 
   it('config: DATABASE_SSL names its default; a URL without a host is refused (the default could not tell where it goes)', () => {
@@ -98,11 +108,12 @@ describe('transport: DATABASE_AUTH=iam needs TLS off this machine', () => {
   };
 
   it('the rule: verify-full or require, unless every host is this machine', () => {
-    assert.equal(iamTlsProblem(databaseTls(undefined, undefined, ['db.example.com']), ['db.example.com']), undefined);
-    assert.equal(iamTlsProblem(databaseTls('require', undefined, ['db.example.com']), ['db.example.com']), undefined);
-    assert.equal(iamTlsProblem(databaseTls(undefined, undefined, ['127.0.0.1']), ['127.0.0.1']), undefined, 'a local proxy or tunnel: plaintext stays on the machine');
-    assert.match(iamTlsProblem(databaseTls('disable', undefined, ['db.example.com']), ['db.example.com']) ?? '', /^DATABASE_AUTH=iam needs TLS to a database off this machine .* DATABASE_SSL=disable may send it unencrypted to db\.example\.com: unset DATABASE_SSL/);
-    assert.match(iamTlsProblem(databaseTls(undefined, 'postgres://h/d?sslmode=prefer', ['h']), ['h']) ?? '', /the database URL's sslmode=prefer .*remove sslmode from the URL/);
+    const iamProblem = (tls: ReturnType<typeof databaseTls>, hosts: string[]) => databasePlaintextProblem(tls, hosts, 'iam');
+    assert.equal(iamProblem(databaseTls(undefined, undefined, ['db.example.com']), ['db.example.com']), undefined);
+    assert.equal(iamProblem(databaseTls('require', undefined, ['db.example.com']), ['db.example.com']), undefined);
+    assert.equal(iamProblem(databaseTls(undefined, undefined, ['127.0.0.1']), ['127.0.0.1']), undefined, 'a local proxy or tunnel: plaintext stays on the machine');
+    assert.match(iamProblem(databaseTls('disable', undefined, ['db.example.com']), ['db.example.com']) ?? '', /^DATABASE_AUTH=iam needs TLS to a database off this machine .* DATABASE_SSL=disable may send it unencrypted to db\.example\.com: unset DATABASE_SSL.*set OUTBOX_ALLOW_PLAINTEXT_LOGIN=true$/);
+    assert.match(iamProblem(databaseTls(undefined, 'postgres://h/d?sslmode=prefer', ['h']), ['h']) ?? '', /the database URL's sslmode=prefer .*remove sslmode from the URL/);
   });
 
   it('config, with DATABASE_URL: refused at once without TLS, with a password, without a user, with several hosts; TLS by default is enough', () => {
@@ -137,16 +148,20 @@ describe('transport: TLS and SASL to Kafka', () => {
     assert.equal(loadConfig({ ...remote, KAFKA_SECRET_ID: 'k' }).kafka.ssl, true);
     assert.equal(loadConfig({ ...remote }).kafka.ssl, false);
     assert.equal(loadConfig({ ...local, KAFKA_SECRET_ID: 'k' }).kafka.ssl, false);
-    assert.equal(loadConfig({ ...remote, KAFKA_SECRET_ID: 'k', KAFKA_SSL: 'false' }).kafka.ssl, false);
+    assert.equal(loadConfig({ ...remote, KAFKA_SECRET_ID: 'k', KAFKA_SSL: 'false', OUTBOX_ALLOW_PLAINTEXT_LOGIN: 'true' }).kafka.ssl, false);
     assert.equal(loadConfig({ ...local, KAFKA_SSL: 'true' }).kafka.ssl, true);
   });
 
-  it('SASL PLAIN without TLS to a broker off this machine is refused, naming the variables; SCRAM, TLS or loopback brokers are not', () => {
-    const problem = saslPlaintextProblem({ ssl: false, brokers: ['b-1.example.com:9092'] }, 'plain', 'outbox/kafka');
-    assert.match(problem ?? '', /^the Kafka secret "outbox\/kafka" \(KAFKA_SECRET_ID\) has mechanism plain.*KAFKA_SSL=false would send it unencrypted to b-1\.example\.com:9092: unset KAFKA_SSL or set KAFKA_SSL=true.*scram-sha-512/);
-    assert.equal(saslPlaintextProblem({ ssl: false, brokers: ['b-1.example.com:9092'] }, 'scram-sha-512', 'k'), undefined);
-    assert.equal(saslPlaintextProblem({ ssl: true, brokers: ['b-1.example.com:9096'] }, 'plain', 'k'), undefined);
-    assert.equal(saslPlaintextProblem({ ssl: false, brokers: ['127.0.0.1:9092', 'localhost:9093'] }, 'plain', 'k'), undefined);
+  it('any SASL or IAM login without TLS to a broker off this machine is refused at config time, naming the setting that allows it; TLS, no login or loopback brokers are not', () => {
+    assert.throws(
+      () => loadConfig({ ...remote, KAFKA_SECRET_ID: 'k', KAFKA_SSL: 'false' }),
+      /KAFKA_SSL=false would send the SASL login of KAFKA_SECRET_ID unencrypted to b-1\.example\.com:9096,b-2\.example\.com:9096 \(mechanism PLAIN .*SCRAM.*\): unset KAFKA_SSL .*set OUTBOX_ALLOW_PLAINTEXT_LOGIN=true/,
+    );
+    assert.throws(() => loadConfig({ ...remote, KAFKA_AUTH: 'iam', AWS_REGION: 'eu-west-1', KAFKA_SSL: 'false' }), /KAFKA_AUTH=iam with KAFKA_SSL=false would send the IAM token.*set OUTBOX_ALLOW_PLAINTEXT_LOGIN=true/);
+    assert.equal(loadConfig({ ...remote, KAFKA_SECRET_ID: 'k', KAFKA_SSL: 'false', OUTBOX_ALLOW_PLAINTEXT_LOGIN: 'true' }).kafka.ssl, false);
+    assert.equal(kafkaPlaintextProblem({ ssl: true, brokers: ['b-1.example.com:9096'], auth: 'sasl' }), undefined);
+    assert.equal(kafkaPlaintextProblem({ ssl: false, brokers: ['b-1.example.com:9092'], auth: 'none' }), undefined, 'no login: no secret to lose (the events are the deployment\'s call)');
+    assert.equal(kafkaPlaintextProblem({ ssl: false, brokers: ['127.0.0.1:9092', 'localhost:9093'], auth: 'sasl' }), undefined);
   });
 
   it('warns when TLS checks no broker certificate', () => {
@@ -227,23 +242,32 @@ describe('transport: the Runtime applies the rules', () => {
     }
   });
 
-  it('G8: SASL PLAIN from the Kafka secret with KAFKA_SSL=false to brokers off this machine fails the invocation as a configuration error before anything is claimed', async () => {
-    const secrets = new MapSecrets({ kafka: JSON.stringify({ username: 'u', password: 'p', mechanism: 'plain' }) });
-    const env = { ...remote, DATABASE_URL: 'postgres://u:p@127.0.0.1:1/db', KAFKA_SECRET_ID: 'kafka', KAFKA_SSL: 'false' };
+  it("G8: a secret's database host off this machine with DATABASE_SSL=disable is refused before any connection; allowed, the invocation goes on and a warning says what it risks", async () => {
+    const listener = await firstBytes('0.0.0.0');
+    const secrets = new MapSecrets({ db: JSON.stringify({ username: 'u', password: 'p', host: '0.0.0.0', port: listener.port, dbname: 'd' }) });
+    const env = { DATABASE_SECRET_ID: 'db', DATABASE_SSL: 'disable', KAFKA_BROKERS: '127.0.0.1:9092', DATABASE_CONNECT_TIMEOUT_MS: '300' };
     const rt = new Runtime(loadConfig(env), capture().logger, secrets);
     try {
-      await assert.rejects(rt.invoke(10_000), (err: unknown) => err instanceof ConfigError && /mechanism plain.*set KAFKA_SSL=true/.test(err.message));
-      assert.equal(secrets.reads, 1);
+      await assert.rejects(rt.database(), (err: unknown) => err instanceof ConfigError && /^invalid configuration:\n {2}- DATABASE_SSL=disable sends the database login and every row unencrypted to 0\.0\.0\.0.*OUTBOX_ALLOW_PLAINTEXT_LOGIN=true/.test(err.message));
     } finally {
       await rt.close();
     }
-    // SCRAM over plaintext is allowed when asked for: the invocation goes on to the database (closed port here)
-    const scram = new MapSecrets({ kafka: JSON.stringify({ username: 'u', password: 'p', mechanism: 'scram-sha-512' }) });
-    const rt2 = new Runtime(loadConfig(env), capture().logger, scram);
+    const { lines, logger } = capture();
+    const allowed = new Runtime(loadConfig({ ...env, OUTBOX_ALLOW_PLAINTEXT_LOGIN: 'true' }), logger, secrets);
     try {
-      await assert.rejects(rt2.invoke(10_000), DatabaseError);
+      await assert.rejects(allowed.database(), DatabaseError);
+      assert.equal((await listener.seen).equals(SSL_REQUEST), false, 'plaintext, as allowed');
+      const warnings = lines.filter((l) => l.level === 'WARN').map((l) => String(l.message));
+      assert.deepEqual(warnings, ['OUTBOX_ALLOW_PLAINTEXT_LOGIN=true allows it: DATABASE_SSL=disable sends the database login and every row unencrypted to 0.0.0.0, for anyone on the network path to read or alter']);
     } finally {
-      await rt2.close();
+      await allowed.close();
+      await listener.close();
     }
+  });
+
+  it('an allowed SASL login in the clear to brokers off this machine is logged at start, saying what it risks', () => {
+    const { lines, logger } = capture();
+    new Runtime(loadConfig({ ...remote, DATABASE_URL: local.DATABASE_URL, KAFKA_SECRET_ID: 'k', KAFKA_SSL: 'false', OUTBOX_ALLOW_PLAINTEXT_LOGIN: 'true' }), logger);
+    assert.match(String(lines.find((l) => l.level === 'WARN')?.message), /^OUTBOX_ALLOW_PLAINTEXT_LOGIN=true allows it: KAFKA_SSL=false would send the SASL login of KAFKA_SECRET_ID unencrypted to b-1\.example\.com:9096/);
   });
 });
