@@ -2,7 +2,8 @@
 // `node --test` process, several at once, and prints each file's report whole when it ends.
 //
 // The integration suite runs once per Kafka client, and its guarantee files a third time through
-// PgBouncer (the passes below). Files share the local services, and some of them stop, pause or
+// PgBouncer (the passes below). The second client's pass runs the guarantee files over TLS:
+// Postgres with verify-full, the broker's SSL listener, the local CA (scripts/services/tls.sh). Files share the local services, and some of them stop, pause or
 // kill one on purpose, or bind a fixed port. So every integration and model file names, in a
 // header line, the services it uses, and those it needs alone:
 //
@@ -47,6 +48,9 @@ const CLIENT_INDEPENDENT = /\/(claim-plan|search-path|transactions|services\.smo
 /** The guarantee files, run a third time with every relay connecting through PgBouncer. */
 const VIA_POOLER = /\/(relay|on-the-wire|row-rules|poison-rows|missing-topics|operator-commands|database-faults|secrets|broker-faults|publishing)\.test\.ts$/;
 
+/** test/integration/helpers.ts, VIA_TLS; Node reads NODE_EXTRA_CA_CERTS at start, for a test's in-process relays */
+const VIA_TLS = { TEST_VIA_TLS: '1', NODE_EXTRA_CA_CERTS: join(ROOT, '.cache', 'tls', 'ca.pem') };
+
 function testFiles(dir: string): string[] {
   return readdirSync(join(ROOT, dir))
     .filter((f) => f.endsWith('.test.ts'))
@@ -77,7 +81,8 @@ export function jobs(): Job[] {
   ];
   for (const file of integration) list.push({ name: `kafkajs ${file}`, args: [file], env: { TEST_KAFKA_CLIENT: 'kafkajs' }, claims: claimsOf(file) });
   for (const file of integration.filter((f) => !CLIENT_INDEPENDENT.test(f))) {
-    list.push({ name: `platformatic ${file}`, args: [file], env: { TEST_KAFKA_CLIENT: 'platformatic' }, claims: claimsOf(file) });
+    const env = { TEST_KAFKA_CLIENT: 'platformatic', ...(VIA_POOLER.test(file) ? VIA_TLS : {}) };
+    list.push({ name: `platformatic ${file}`, args: [file], env, claims: claimsOf(file) });
   }
   for (const file of integration.filter((f) => VIA_POOLER.test(f))) {
     const claims = claimsOf(file);

@@ -17,7 +17,7 @@ import { OutboxStore, type StoreOptions } from './outbox/store.ts';
 import { runInvocation, type Summary } from './relay.ts';
 import { databaseTargetFromSecret, kafkaCredentialsFromSecret, SecretsManagerSource, type SecretSource } from './secrets.ts';
 import type { RdsAuthTokens } from './rds-iam.ts';
-import { ALLOW_PLAINTEXT_LOGIN, databasePlaintextProblem, databaseTls, databaseTlsWarning, kafkaPlaintextProblem, kafkaTlsWarning, urlHosts, urlLogin, type DatabaseTls } from './transport.ts';
+import { ALLOW_PLAINTEXT_LOGIN, databasePlaintextProblem, databaseTls, databaseTlsWarning, kafkaPlaintextProblem, kafkaTlsWarning, urlHosts, urlLogin, verifyFull, type DatabaseTls } from './transport.ts';
 
 export class Runtime {
   private sql: Sql | undefined;
@@ -65,7 +65,7 @@ export class Runtime {
 
   /**
    * The tokens for the target's login, after the checks config.ts makes of a DATABASE_URL (a
-   * secret's target is known only now): one host, a user, TLS unless on this machine. One token is
+   * secret's target is known only now): one host, a user (TLS: database() checked it). One token is
    * signed at once, so that missing credentials or region fail here, saying what to check, before
    * any connection. The signer is loaded only for DATABASE_AUTH=iam.
    */
@@ -173,7 +173,7 @@ export class Runtime {
       },
       connection: { application_name: db.applicationName },
       // undefined: the URL's own sslmode (transport.ts, databaseTls)
-      ...(tls.ssl === undefined ? {} : { ssl: tls.ssl }),
+      ...(tls.mode === 'verify-full' ? { ssl: verifyFull('url' in target ? urlHosts(target.url) : [target.host]) } : tls.ssl === undefined ? {} : { ssl: tls.ssl }),
       // DATABASE_AUTH=iam: a token signed for each connection when the server asks for it
       ...(this.iam ? { password: this.iam.password } : {}),
       onnotice: () => undefined,

@@ -4,6 +4,7 @@
 // rules: config.ts applies the ones it can decide from the environment; runtime.ts the database's
 // when a secret names its host.
 import { isIP } from 'node:net';
+import { checkServerIdentity, type ConnectionOptions, type PeerCertificate } from 'node:tls';
 
 /** The one setting that lets a login cross a network unencrypted: a decision, never a default. */
 export const ALLOW_PLAINTEXT_LOGIN = 'OUTBOX_ALLOW_PLAINTEXT_LOGIN';
@@ -92,6 +93,22 @@ export function databaseTls(configured: DatabaseSsl | undefined, url: string | u
   return { ssl: 'verify-full', mode: 'verify-full', source: 'the default' };
 }
 
+/**
+ * postgres.js' `ssl` for verify-full. Given 'verify-full' it checks the certificate against
+ * "localhost" when the host is an IP address (it gives Node no name then, and that is Node's
+ * default): any certificate for localhost would pass. So check it against the hosts named; with
+ * several, against any of them (the connection does not tell which it reached).
+ */
+export function verifyFull(hosts: readonly string[]): ConnectionOptions {
+  return {
+    rejectUnauthorized: true,
+    checkServerIdentity: (_name: string, cert: PeerCertificate) => {
+      const errors = hosts.map((host) => checkServerIdentity(host, cert));
+      return errors.includes(undefined) ? undefined : errors[0];
+    },
+  };
+}
+
 /** The TLS mode a URL asks for, read as postgres.js reads it; undefined when it asks for none. */
 function urlSslMode(url: string): string | undefined {
   const q = url.indexOf('?');
@@ -172,4 +189,34 @@ export function kafkaTlsWarning(kafka: { ssl: boolean; sslRejectUnauthorized: bo
     "KAFKA_SSL_REJECT_UNAUTHORIZED=false: the brokers' certificates are not checked, so anyone on the network path can pose as a broker, read the events and the SASL credentials: " +
     "set it to true (the default), and give Node a private CA with NODE_EXTRA_CA_CERTS instead"
   );
+}
+
+/** Node's codes for a certificate that does not chain up to a CA this process trusts. */
+const UNTRUSTED = new Set(['UNABLE_TO_VERIFY_LEAF_SIGNATURE', 'SELF_SIGNED_CERT_IN_CHAIN', 'DEPTH_ZERO_SELF_SIGNED_CERT', 'UNABLE_TO_GET_ISSUER_CERT', 'UNABLE_TO_GET_ISSUER_CERT_LOCALLY', 'CERT_UNTRUSTED']);
+
+/**
+ * What a certificate the relay refused means and what to do; undefined for any other error. The
+ * handshake stopped there: no password, token or row went to that server.
+ */
+export function tlsRefusal(err: unknown, peer: 'database' | 'broker'): string | undefined {
+  const e = err as { code?: unknown; host?: unknown; reason?: unknown; message?: unknown } | null;
+  if (!e || typeof e !== 'object' || typeof e.code !== 'string') return undefined;
+  const where = peer === 'database' ? "the host of DATABASE_URL or of the database's secret" : 'KAFKA_BROKERS';
+  if (e.code === 'ERR_TLS_CERT_ALTNAME_INVALID') {
+    // kafkajs keeps only the code and the message of Node's error, not its host and reason
+    const host = typeof e.host === 'string' ? `the host ${e.host}` : 'the host';
+    return (
+      `the ${peer}'s TLS certificate is not for ${host} the relay connected to (${String(e.reason ?? e.message)}): ` +
+      `connect by a name the certificate lists (${where}), or give the server a certificate for that name; nothing was sent to it`
+    );
+  }
+  if (UNTRUSTED.has(e.code)) {
+    return (
+      `the ${peer}'s TLS certificate is not signed by a CA this process trusts (${e.code}): ` +
+      "give Node the CA's certificate with NODE_EXTRA_CA_CERTS=/path/to/ca.pem, read when the process starts " +
+      `(on Lambda, /var/runtime/ca-cert.pem has the RDS CAs), or check that ${where} names the server you mean; nothing was sent to it`
+    );
+  }
+  if (e.code === 'CERT_HAS_EXPIRED') return `the ${peer}'s TLS certificate has expired (${String(e.message)}): renew it on the server; nothing was sent to it`;
+  return undefined;
 }

@@ -15,6 +15,7 @@
 //   broker   the broker or the network is down or too slow: stop the invocation, charge no row
 import type { KafkaAuth } from '../config.ts';
 import { BrokerUnavailableError, DeadlineExceededError, KafkaClientLoadError, MessageRejectedError, MskIamError, UnexpectedKafkaError, type RelayError } from '../errors.ts';
+import { tlsRefusal } from '../transport.ts';
 
 /** errors about the records themselves: retrying the same bytes can never succeed */
 const RECORD_ERRORS = new Set(['MESSAGE_TOO_LARGE', 'RECORD_LIST_TOO_LARGE', 'INVALID_RECORD']);
@@ -147,6 +148,9 @@ export function classifySendError(err: unknown, topic: string, auth: KafkaAuth =
   // no token could be signed: as refused credentials, saying why
   const unsigned = mskIamError(err);
   if (unsigned) return { scope: 'auth', code: 'MSK_IAM_SIGNING', error: unsigned };
+  // a certificate refused: a setting to change, not a broker to wait for
+  const refused = errorChain(err).map((e) => tlsRefusal(e, 'broker')).find(Boolean);
+  if (refused) return { scope: 'broker', error: new BrokerUnavailableError(refused, { cause: err }) };
   const types = errorTypes(err);
   const message = err instanceof Error ? err.message : String(err);
   // the order matters: a SASL failure during a reconnect can be wrapped with the retried error

@@ -1,6 +1,7 @@
 // How the database's errors are classified and worded for the operator: refused credentials, a
 // lost connection, a pooler that loses named prepared statements, a missing migration.
 import { DatabaseError, DeadlineExceededError } from '../errors.ts';
+import { tlsRefusal } from '../transport.ts';
 
 const AUTH_CODES = new Set(['28P01', '28000']);
 
@@ -71,6 +72,8 @@ export function wrapDbError(err: unknown, what: string): Error {
       'check DATABASE_URL or the DATABASE_SECRET_ID secret';
     return new DatabaseError(message, { cause: err, retriable: false });
   }
+  const refused = tlsRefusal(err, 'database');
+  if (refused) return new DatabaseError(refused, { cause: err, retriable: false });
   if (e?.code === '42703') {
     // a column a later migration adds (the operator commands' audit columns, say): the relay's
     // own statements never get here, the schema check refuses a table without its migrations

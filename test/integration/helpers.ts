@@ -30,6 +30,21 @@ export const POOLER_DATABASE_URL = process.env.TEST_POOLER_DATABASE_URL ?? 'post
  */
 export const VIA_POOLER = process.env.TEST_VIA_POOLER === '1';
 export const AWS_ENDPOINT_URL = process.env.TEST_AWS_ENDPOINT_URL ?? 'http://127.0.0.1:4566';
+/** the local services' CA and certificates (scripts/services/tls.sh) */
+export const TLS_DIR = join(ROOT, '.cache', 'tls');
+export const TLS_CA = join(TLS_DIR, 'ca.pem');
+/** the shared broker's SSL listener (scripts/services/kafka.sh) */
+export const KAFKA_SSL_BROKERS = '127.0.0.1:9099';
+/**
+ * TEST_VIA_TLS=1 (scripts/run-tests.ts' platformatic pass of the guarantee files): every relay a
+ * fixture configures reaches Postgres with DATABASE_SSL=verify-full and the shared broker on its
+ * SSL listener, trusting the local CA: NODE_EXTRA_CA_CERTS is in the env of the relays a test
+ * runs as a process, and the pass gives it to the test file's own process for the in-process ones.
+ */
+export const VIA_TLS = process.env.TEST_VIA_TLS === '1';
+/** For a relay behind a test's proxy that reads the protocol (pg-proxy.ts, kafka-proxy.ts): plaintext in every pass. */
+export const PLAINTEXT_DB = { DATABASE_SSL: 'disable' };
+export const PLAINTEXT_KAFKA = { KAFKA_SSL: 'false' };
 /**
  * The Kafka client the relay under test publishes with (OUTBOX_KAFKA_CLIENT in every fixture's
  * env): scripts/test.sh runs the integration suite once per client. The tests' own consumers and
@@ -88,6 +103,9 @@ export async function fixture(sql: Sql, name: string, aggregatetypes: string[] =
     env: {
       ...(VIA_POOLER ? { DATABASE_URL: POOLER_DATABASE_URL, DATABASE_PREPARE: 'false' } : { DATABASE_URL }),
       KAFKA_BROKERS,
+      // a file's own broker (useKafka) has no SSL listener: its relays stay in plaintext
+      ...(VIA_TLS ? { DATABASE_SSL: 'verify-full', NODE_EXTRA_CA_CERTS: TLS_CA } : {}),
+      ...(VIA_TLS && KAFKA_BROKERS === '127.0.0.1:9092' ? { KAFKA_BROKERS: KAFKA_SSL_BROKERS, KAFKA_SSL: 'true' } : {}),
       OUTBOX_KAFKA_CLIENT: KAFKA_CLIENT,
       OUTBOX_TABLE: table,
       OUTBOX_TOPIC_TEMPLATE: `${prefix}.{aggregatetype}`,

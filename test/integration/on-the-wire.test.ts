@@ -25,6 +25,8 @@ import {
   KAFKA_SASL_PROXY_PORT,
   KAFKA_SCRAM_PASSWORD,
   KAFKA_SCRAM_USER,
+  PLAINTEXT_DB,
+  PLAINTEXT_KAFKA,
   consumeAll,
   copiesById,
   fileDb,
@@ -59,7 +61,7 @@ describe('G2: a batch\'s COMMIT reaches the database before the next batch reach
       url.port = String(pgProxy.port);
       // a child process, so the relay's writes and the proxies' reads are on different event loops;
       // retention off: its chunks commit on a connection of their own and would blur the count
-      const res = await runCli(['invoke', '--timeout', '30000'], { ...f.env, DATABASE_URL: url.toString(), KAFKA_BROKERS: `127.0.0.1:${KAFKA_PROXY_PORT}`, OUTBOX_BATCH_SIZE: '100', OUTBOX_RETAIN_SENT_MS: '0', OUTBOX_RETAIN_SKIPPED_MS: '0' });
+      const res = await runCli(['invoke', '--timeout', '30000'], { ...f.env, DATABASE_URL: url.toString(), KAFKA_BROKERS: `127.0.0.1:${KAFKA_PROXY_PORT}`, ...PLAINTEXT_DB, ...PLAINTEXT_KAFKA, OUTBOX_BATCH_SIZE: '100', OUTBOX_RETAIN_SENT_MS: '0', OUTBOX_RETAIN_SKIPPED_MS: '0' });
       assert.equal(res.code, 0, res.stderr);
       assert.equal(res.summary?.published, 450);
       assert.equal(res.summary?.batches, 5);
@@ -123,7 +125,7 @@ describe('G1/G2: a crash after a batch\'s COMMIT went out, while the next batch 
       url.port = String(pgProxy.port);
       // a child process, so the relay's writes and the proxies' reads are on different event loops;
       // retention off: its chunks commit on a connection of their own
-      const running = startCli(['invoke', '--timeout', '60000'], { ...f.env, DATABASE_URL: url.toString(), KAFKA_BROKERS: `127.0.0.1:${KAFKA_PROXY_PORT}`, OUTBOX_BATCH_SIZE: '100', OUTBOX_RETAIN_SENT_MS: '0', OUTBOX_RETAIN_SKIPPED_MS: '0' });
+      const running = startCli(['invoke', '--timeout', '60000'], { ...f.env, DATABASE_URL: url.toString(), KAFKA_BROKERS: `127.0.0.1:${KAFKA_PROXY_PORT}`, ...PLAINTEXT_DB, ...PLAINTEXT_KAFKA, OUTBOX_BATCH_SIZE: '100', OUTBOX_RETAIN_SENT_MS: '0', OUTBOX_RETAIN_SKIPPED_MS: '0' });
       let timer: NodeJS.Timeout | undefined;
       const first = await Promise.race([
         batch2Sent.promise.then(() => 'sent' as const),
@@ -178,7 +180,7 @@ describe('G1/G2: a lost answer: the broker appended a batch, the relay never hea
       const f = await fixture(sql, `lost${mode}`, ['order'], 1);
       const proxy = await startKafkaProxy({ listenPort: KAFKA_PROXY_PORT, targetPort: KAFKA_PROXIED_PORT });
       const env = { ...f.env, OUTBOX_BATCH_SIZE: '10', OUTBOX_LOG_LEVEL: 'error' };
-      const warm = new Runtime(loadConfig({ ...env, KAFKA_BROKERS: `127.0.0.1:${KAFKA_PROXY_PORT}` }), createLogger('error'));
+      const warm = new Runtime(loadConfig({ ...env, KAFKA_BROKERS: `127.0.0.1:${KAFKA_PROXY_PORT}`, ...PLAINTEXT_KAFKA }), createLogger('error'));
       const other = new Runtime(loadConfig(env), createLogger('error'));
       const ten = (p: string): EventSpec[] => Array.from({ length: 10 }, (_, i) => ({ aggregateid: `${p}-${i % 3}`, payload: { p, i } }));
       try {
@@ -231,7 +233,7 @@ describe('Kafka credentials rotate at any time (SASL/SCRAM)', () => {
     const logs: string[] = [];
     const rotated = `rotated-${uniqueName('pw')}`;
     const rt = new Runtime(
-      loadConfig({ ...f.env, KAFKA_BROKERS: `127.0.0.1:${KAFKA_SASL_PROXY_PORT}`, KAFKA_SECRET_ID: secretId, AWS_REGION: 'us-east-1' }),
+      loadConfig({ ...f.env, KAFKA_BROKERS: `127.0.0.1:${KAFKA_SASL_PROXY_PORT}`, ...PLAINTEXT_KAFKA, KAFKA_SECRET_ID: secretId, AWS_REGION: 'us-east-1' }),
       createLogger('warn', {}, (l) => logs.push(l)),
       source,
     );

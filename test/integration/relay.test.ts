@@ -27,6 +27,7 @@ import {
   insertEvents,
   isSorted,
   KAFKA_BROKERS,
+  PLAINTEXT_DB,
   runCli,
   sentTableOf,
   seqsById,
@@ -282,7 +283,7 @@ async function serializedWriters(sql: Sql, { guard }: { guard: boolean }): Promi
   urlA.port = String(proxy.port);
   const env = { ...f.env, OUTBOX_BATCH_SIZE: '5', OUTBOX_RETAIN_SENT_MS: '0', OUTBOX_RETAIN_SKIPPED_MS: '0', OUTBOX_LOG_LEVEL: 'error' };
   const relay = (config: Config) => (guard ? new Runtime(config, createLogger('error')) : new RuntimeWith(UnguardedStore, config, createLogger('error')));
-  const a = relay(loadConfig({ ...env, DATABASE_URL: urlA.toString() }));
+  const a = relay(loadConfig({ ...env, DATABASE_URL: urlA.toString(), ...PLAINTEXT_DB }));
   const b = relay(loadConfig(env));
   let bRuns = 0;
   let bPublished = 0;
