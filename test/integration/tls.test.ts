@@ -101,7 +101,7 @@ async function impostor(name: string, as: 'postgres' | 'kafka', host = '127.0.0.
 
 describe('G8: a certificate for another host, or from an unknown CA, is refused saying what to do', () => {
   const cases = [
-    { cert: 'wrong-host', problem: /TLS certificate is not for (the host 127\.0\.0\.1 )?the relay connected to \(.*127\.0\.0\.1.*\): connect by a name the certificate lists/ },
+    { cert: 'wrong-host', problem: /TLS certificate is not for the host (127\.0\.0\.1 )?the relay connected to \(.*127\.0\.0\.1.*\): connect by a name the certificate lists/ },
     { cert: 'unknown-ca-server', problem: /TLS certificate is not signed by a CA this process trusts .*: give Node the CA's certificate with NODE_EXTRA_CA_CERTS=/ },
   ];
   it('the right certificate at another address: the one for localhost and 127.0.0.1, reached at 127.0.0.2, is refused (postgres.js alone checks an IP host against "localhost")', async () => {
