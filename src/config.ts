@@ -5,12 +5,15 @@ import {
   DEFAULT_MAX_HEADER_BYTES,
   DEFAULT_MAX_HEADERS,
   LEGAL_TOPIC,
+  METADATA_OPTIONS,
   PARKED_POLICIES,
   RESERVED_HEADER_PREFIX,
   TOPIC_PLACEHOLDERS,
   parseTableName,
+  relayHeaders,
   templateHead,
   unknownPlaceholders,
+  type Metadata,
   type ParkedPolicy,
   type RowRules,
   type TableName,
@@ -65,6 +68,8 @@ export interface Config {
     topicTemplate: string;
     /** what a row may choose: the topic prefix, its extra headers' names, count and size (src/loop/row-rules.ts) */
     rowRules: RowRules;
+    /** what the relay adds to each message for consumers (OUTBOX_METADATA, OUTBOX_CLOUDEVENTS_SOURCE) */
+    metadata: Metadata;
     parkedPolicy: ParkedPolicy;
     /** upper bound for one encoded message; undefined = ask the broker */
     maxMessageBytes?: number;
@@ -313,6 +318,7 @@ function outboxConfig(read: EnvReader, prepare: boolean): Config['outbox'] {
   }
   const backoffBaseMs = read.int('OUTBOX_BACKOFF_BASE_MS', 1_000, 1, 86_400_000);
   const backoffMaxMs = read.int('OUTBOX_BACKOFF_MAX_MS', 300_000, 1, 86_400_000);
+  const metadata = metadataConfig(read);
   if (backoffMaxMs < backoffBaseMs) read.problems.push(`OUTBOX_BACKOFF_MAX_MS (${backoffMaxMs}) must be >= OUTBOX_BACKOFF_BASE_MS (${backoffBaseMs})`);
   return {
     table,
@@ -322,7 +328,8 @@ function outboxConfig(read: EnvReader, prepare: boolean): Config['outbox'] {
     backoffBaseMs,
     backoffMaxMs,
     topicTemplate,
-    rowRules: rowRules(read, topicTemplate),
+    rowRules: { ...rowRules(read, topicTemplate), relayHeaders: relayHeaders(metadata) },
+    metadata,
     parkedPolicy: read.oneOf('OUTBOX_PARKED_POLICY', PARKED_POLICIES, 'hold'),
     maxMessageBytes: read.str('OUTBOX_MAX_MESSAGE_BYTES') === undefined ? undefined : read.int('OUTBOX_MAX_MESSAGE_BYTES', 1_000_000, 1_024, 100_000_000),
     maxBatchBytes: read.int('OUTBOX_MAX_BATCH_BYTES', defaultMaxBatchBytes(functionMemoryMb(read)), 1_024, 4 * 1024 ** 3),
@@ -409,6 +416,35 @@ function rowRules(read: EnvReader, template: string): RowRules {
     reservedHeadersAllowed,
     maxHeaders: read.int('OUTBOX_HEADERS_MAX_COUNT', DEFAULT_MAX_HEADERS, 0, 1_000),
     maxHeaderBytes: read.int('OUTBOX_HEADERS_MAX_BYTES', DEFAULT_MAX_HEADER_BYTES, 0, 1_000_000),
+  };
+}
+
+/**
+ * OUTBOX_METADATA: a comma-separated list of what the relay adds for consumers, each off unless
+ * listed (each changes the records consumers read). cloudevents needs OUTBOX_CLOUDEVENTS_SOURCE,
+ * the events' `ce_source`: a URI reference that names where they come from, which only the
+ * deployment knows.
+ */
+function metadataConfig(read: EnvReader): Metadata {
+  const listed = (read.str('OUTBOX_METADATA') ?? '').split(',').map((o) => o.trim().toLowerCase()).filter(Boolean);
+  const known: readonly string[] = METADATA_OPTIONS;
+  for (const option of listed.filter((o) => !known.includes(o))) {
+    read.problems.push(`OUTBOX_METADATA entry ${JSON.stringify(option)} is not one of ${METADATA_OPTIONS.join(', ')} (a comma-separated list, e.g. OUTBOX_METADATA=timestamp,seq,trace)`);
+  }
+  const source = read.str('OUTBOX_CLOUDEVENTS_SOURCE');
+  const cloudEvents = listed.includes('cloudevents');
+  if (cloudEvents && source === undefined) {
+    read.problems.push('OUTBOX_METADATA lists cloudevents, which needs OUTBOX_CLOUDEVENTS_SOURCE: the events\' ce_source, a URI reference naming where they come from, e.g. OUTBOX_CLOUDEVENTS_SOURCE=/orders-service');
+  } else if (!cloudEvents && source !== undefined) {
+    read.problems.push('OUTBOX_CLOUDEVENTS_SOURCE is set, but OUTBOX_METADATA does not list cloudevents, so no event would carry it: add cloudevents to OUTBOX_METADATA, or unset it');
+  } else if (source !== undefined && !/^[\x21-\x7e]+$/.test(source)) {
+    read.problems.push(`OUTBOX_CLOUDEVENTS_SOURCE=${JSON.stringify(source)} is not a URI reference: printable ASCII without spaces, e.g. /orders-service or urn:example:orders`);
+  }
+  return {
+    timestamp: listed.includes('timestamp'),
+    seq: listed.includes('seq'),
+    trace: listed.includes('trace'),
+    ...(cloudEvents && source !== undefined ? { cloudEventsSource: source } : {}),
   };
 }
 

@@ -21,6 +21,10 @@ export interface OutboxRow {
   topic: string | null;
   headers: Record<string, unknown> | null;
   attempts: number;
+  /** read by the claim only when the metadata need it (claimColumns): the record's timestamp, ce_time */
+  created_at?: Date;
+  /** read by the claim only with OUTBOX_METADATA=trace: Debezium's trace context column (traceContext, src/kafka/message.ts) */
+  tracingspancontext?: string | null;
 }
 
 /**
@@ -76,6 +80,8 @@ export interface RowRules {
   maxHeaders: number;
   /** most bytes of extra header names and values per row, UTF-8 (OUTBOX_HEADERS_MAX_BYTES) */
   maxHeaderBytes: number;
+  /** the headers the relay writes (relayHeaders: id, type and the metadata's): not the row's, never counted; default RELAY_HEADERS */
+  relayHeaders?: readonly string[];
 }
 
 /** Names starting with this are reserved: frameworks read them as instructions (Spring: __TypeId__, __KeyTypeId__, __ContentTypeId__). */
@@ -84,6 +90,47 @@ export const RESERVED_HEADER_PREFIX = '__';
 export const DEFAULT_MAX_HEADERS = 32;
 /** room for W3C trace context with a full `baggage` (8,192 bytes by its spec) and a few more */
 export const DEFAULT_MAX_HEADER_BYTES = 16_384;
+
+/**
+ * What the relay adds to each message for consumers (OUTBOX_METADATA; docs/configuration.md,
+ * "Consumer metadata"), each off unless listed: the record's timestamp from created_at, a `seq`
+ * header, W3C trace context headers from the tracingspancontext column, CloudEvents' binary-mode
+ * headers (on when `cloudEventsSource`, their `ce_source`, is set).
+ */
+export interface Metadata {
+  timestamp: boolean;
+  seq: boolean;
+  trace: boolean;
+  cloudEventsSource?: string;
+}
+
+export const METADATA_OPTIONS = ['timestamp', 'seq', 'trace', 'cloudevents'] as const;
+export const NO_METADATA: Metadata = { timestamp: false, seq: false, trace: false };
+
+/** CloudEvents' Kafka binding, binary mode: its attributes as `ce_` headers, the data's type as content-type. */
+export const CLOUDEVENTS_HEADERS = ['ce_specversion', 'ce_id', 'ce_source', 'ce_type', 'ce_time', 'ce_subject', 'content-type'] as const;
+
+/**
+ * Every header the relay writes under `metadata`: a row's own headers of these names are
+ * replaced (or dropped, where the relay has no value) and never count against its header limits.
+ */
+export function relayHeaders(metadata: Metadata): readonly string[] {
+  return [
+    ...RELAY_HEADERS,
+    ...(metadata.seq ? ['seq'] : []),
+    ...(metadata.trace ? ['traceparent', 'tracestate'] : []),
+    ...(metadata.cloudEventsSource !== undefined ? CLOUDEVENTS_HEADERS : []),
+  ];
+}
+
+/** The columns the claim reads beyond its usual ones, only for the metadata that need them. */
+export type ClaimColumn = 'created_at' | 'tracingspancontext';
+export function claimColumns(metadata: Metadata): ClaimColumn[] {
+  const columns: ClaimColumn[] = [];
+  if (metadata.timestamp || metadata.cloudEventsSource !== undefined) columns.push('created_at');
+  if (metadata.trace) columns.push('tracingspancontext');
+  return columns;
+}
 
 /**
  * A table name from configuration (OUTBOX_TABLE). Identifiers cannot be bound as query parameters,

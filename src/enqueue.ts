@@ -13,6 +13,12 @@ export interface OutboxEvent<P = unknown> {
   topic?: string;
   /** extra Kafka headers (string values; `id` and `type` are set by the relay) */
   headers?: Record<string, string>;
+  /**
+   * the writer's W3C trace context, e.g. the carrier OpenTelemetry's `propagation.inject` fills:
+   * stored in the tracingspancontext column as Debezium writes it, sent as the `traceparent` and
+   * `tracestate` headers when the relay runs with OUTBOX_METADATA=trace
+   */
+  traceContext?: { traceparent: string; tracestate?: string };
 }
 
 export interface EnqueueOptions {
@@ -23,12 +29,24 @@ export interface EnqueueOptions {
 /** Insert one event; returns its id (the Kafka `id` header). Call it with the transaction handle from sql.begin. */
 export async function enqueue<P>(sql: TransactionSql | Sql, event: OutboxEvent<P>, options: EnqueueOptions = {}): Promise<string> {
   const table = qualified(parseTableName(options.table ?? 'outbox'));
+  // JSON goes over the wire as text and is parsed by Postgres: a string bound straight to a
+  // jsonb parameter would be stored as a JSON string, not as the object
+  const values: unknown[] = [event.aggregatetype, event.aggregateid, event.type, JSON.stringify(event.payload ?? null), event.topic ?? null, event.headers ? JSON.stringify(event.headers) : null];
+  // named only when given: a producer granted INSERT on the other columns only still can
+  const trace = event.traceContext ? tracingSpanContext(event.traceContext) : undefined;
+  if (trace !== undefined) values.push(trace);
   const rows = await sql.unsafe<{ id: string }[]>(
-    `INSERT INTO ${table} (aggregatetype, aggregateid, type, payload, topic, headers)
-     VALUES ($1, $2, $3, $4::text::jsonb, $5, $6::text::jsonb) RETURNING id`,
-    // JSON goes over the wire as text and is parsed by Postgres: a string bound straight to a
-    // jsonb parameter would be stored as a JSON string, not as the object
-    [event.aggregatetype, event.aggregateid, event.type, JSON.stringify(event.payload ?? null), event.topic ?? null, event.headers ? JSON.stringify(event.headers) : null],
+    `INSERT INTO ${table} (aggregatetype, aggregateid, type, payload, topic, headers${trace === undefined ? '' : ', tracingspancontext'})
+     VALUES ($1, $2, $3, $4::text::jsonb, $5, $6::text::jsonb${trace === undefined ? '' : ', $7'}) RETURNING id`,
+    values as never[],
   );
   return rows[0]!.id;
+}
+
+/** A trace context as Debezium's outbox extension stores it: java.util.Properties text, one `key=value` line each. */
+export function tracingSpanContext(context: { traceparent: string; tracestate?: string }): string {
+  // Properties.store's escapes: a backslash, the separators and comment marks, line breaks
+  const escape = (v: string) => v.replace(/[\\=:#!]/g, (c) => `\\${c}`).replace(/[\t\n\r\f]/g, (c) => ({ '\t': '\\t', '\n': '\\n', '\r': '\\r', '\f': '\\f' })[c]!);
+  const entries = Object.entries({ traceparent: context.traceparent, tracestate: context.tracestate }).filter(([, v]) => v);
+  return entries.map(([k, v]) => `${k}=${escape(v!)}\n`).join('');
 }

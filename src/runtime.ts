@@ -4,7 +4,7 @@
 import type { Sql } from 'postgres';
 import { Deadline } from './budget.ts';
 import type { Config } from './config.ts';
-import type { KafkaCredentials, MskIamLogin } from './domain.ts';
+import { claimColumns, type KafkaCredentials, type MskIamLogin } from './domain.ts';
 import { BrokerUnavailableError, ConfigError, DatabaseError, DeadlineExceededError } from './errors.ts';
 import { createPublisher, preloadKafkaClient } from './kafka/clients.ts';
 import { MskIamTokens } from './kafka/msk-iam.ts';
@@ -186,7 +186,8 @@ export class Runtime {
     const { sentRows, maxBatchBytes, maxMessageBytes } = this.config.outbox;
     // OUTBOX_MAX_MESSAGE_BYTES, when set, is every topic's limit: a larger payload is never read
     const claimBytes = { batch: maxBatchBytes, ...(maxMessageBytes === undefined ? {} : { payload: maxMessageBytes }) };
-    this.store ??= this.newStore(sql, { prepare: this.prepare, sentRows, claimBytes });
+    // the columns the metadata read (created_at, tracingspancontext) are claimed only when on
+    this.store ??= this.newStore(sql, { prepare: this.prepare, sentRows, claimBytes, columns: claimColumns(this.config.outbox.metadata) });
     return this.store;
   }
 
@@ -200,6 +201,7 @@ export class Runtime {
     // OUTBOX_KAFKA_CLIENT: kafkajs or platformatic, the same Publisher around either
     this.publisherInstance ??= createPublisher({
       kafka,
+      metadata: this.config.outbox.metadata,
       maxMessageBytes: this.config.outbox.maxMessageBytes,
       logger: this.logger,
       credentials: kafka.auth === 'sasl' ? (refresh) => this.kafkaCredentials(refresh) : kafka.auth === 'iam' ? (refresh) => this.mskIamLogin(refresh) : undefined,

@@ -124,7 +124,8 @@ class KafkajsProducer implements ClientProducer {
       acks: -1,
       timeout: brokerTimeoutMs,
       compression: this.compression,
-      messages: messages.map((m) => ({ key: m.key, value: m.value, headers: m.headers })),
+      // kafkajs takes the record's timestamp as a string of milliseconds (unset: the send time)
+      messages: messages.map((m) => ({ key: m.key, value: m.value, headers: m.headers, ...(m.timestamp === undefined ? {} : { timestamp: String(m.timestamp) }) })),
     });
   }
 

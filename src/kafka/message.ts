@@ -2,11 +2,12 @@
 // aggregate stays on one partition and in order), the value is the JSON payload as stored, and the
 // `id` header is the row's uuid, identical on every copy, which is what lets consumers drop the
 // duplicates at-least-once allows.
-import { LEGAL_TOPIC, topicFor, type OutboxRow } from '../domain.ts';
+import { CLOUDEVENTS_HEADERS, LEGAL_TOPIC, NO_METADATA, topicFor, type Metadata, type OutboxRow } from '../domain.ts';
 import { MessageRejectedError } from '../errors.ts';
 import type { OutboundMessage } from '../loop/ports.ts';
 
-export function toMessage(row: OutboxRow, template: string): OutboundMessage {
+/** `metadata`: what the relay adds for consumers (OUTBOX_METADATA), each from the row's own columns. */
+export function toMessage(row: OutboxRow, template: string, metadata: Metadata = NO_METADATA): OutboundMessage {
   const topic = topicFor(row, template);
   if (!LEGAL_TOPIC.test(topic)) {
     throw new MessageRejectedError(
@@ -21,7 +22,84 @@ export function toMessage(row: OutboxRow, template: string): OutboundMessage {
   // id and type are the relay's contract (RELAY_HEADERS): a row's own headers cannot override them
   headers.id = row.id;
   headers.type = row.type;
-  return { seq: row.seq, aggregateid: row.aggregateid, topic, key: row.aggregateid, value: row.payload, headers };
+  // nor the metadata's (relayHeaders): a row without trace context gets none, not its own headers'
+  if (metadata.seq) headers.seq = row.seq;
+  if (metadata.trace) {
+    delete headers.traceparent;
+    delete headers.tracestate;
+    Object.assign(headers, traceContext(row.tracingspancontext));
+  }
+  if (metadata.cloudEventsSource !== undefined) Object.assign(headers, cloudEventHeaders(row, metadata.cloudEventsSource));
+  const message: OutboundMessage = { seq: row.seq, aggregateid: row.aggregateid, topic, key: row.aggregateid, value: row.payload, headers };
+  if (metadata.timestamp) message.timestamp = createdAt(row).getTime();
+  return message;
+}
+
+function createdAt(row: OutboxRow): Date {
+  if (!(row.created_at instanceof Date)) throw new Error(`row ${row.seq} has no created_at: the claim must read it when the metadata need it (claimColumns)`);
+  return row.created_at;
+}
+
+/**
+ * CloudEvents' Kafka protocol binding, binary mode: the event's attributes as `ce_` headers (id,
+ * type and subject from the row's columns, time its created_at), the payload as the data.
+ */
+export function cloudEventHeaders(row: OutboxRow, source: string): Record<(typeof CLOUDEVENTS_HEADERS)[number], string> {
+  return {
+    ce_specversion: '1.0',
+    ce_id: row.id,
+    ce_source: source,
+    ce_type: row.type,
+    ce_time: createdAt(row).toISOString(),
+    ce_subject: row.aggregateid,
+    'content-type': 'application/json',
+  };
+}
+
+// W3C Trace Context: version 00's four fields (a later version's too, but never ff), trace and
+// parent ids not all zeros; tracestate at most 32 list members of printable ASCII
+const TRACEPARENT = /^(?!ff)[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$/;
+const TRACESTATE = /^[\x20-\x7e]*$/;
+
+/**
+ * The W3C trace context headers of a `tracingspancontext` value: Debezium's format, Java
+ * properties text (`traceparent=00-...`, as its outbox extension writes it), or a bare
+ * traceparent. Nothing when absent or invalid: as W3C says of a traceparent it cannot parse, the
+ * consumer then starts a trace of its own (and tracestate goes only with a valid traceparent).
+ */
+export function traceContext(column: string | null | undefined): { traceparent: string; tracestate?: string } | undefined {
+  if (!column) return undefined;
+  const bare = column.trim();
+  const props = TRACEPARENT.test(bare) ? new Map([['traceparent', bare]]) : javaProperties(column);
+  const traceparent = props.get('traceparent')?.trim();
+  if (!traceparent || !TRACEPARENT.test(traceparent)) return undefined;
+  const tracestate = props.get('tracestate')?.trim();
+  const stateOk = tracestate && TRACESTATE.test(tracestate) && tracestate.split(',').length <= 32;
+  return stateOk ? { traceparent, tracestate } : { traceparent };
+}
+
+/**
+ * java.util.Properties' text format (Properties.load): `key=value`, `key: value` or `key value`
+ * lines, `#` and `!` comments (Properties.store writes a date comment first), backslash escapes,
+ * a trailing backslash continuing the line.
+ */
+export function javaProperties(text: string): Map<string, string> {
+  const props = new Map<string, string>();
+  const lines = text.split(/\r\n|\r|\n/);
+  for (let i = 0; i < lines.length; i++) {
+    let line = lines[i]!.replace(/^[ \t\f]+/, '');
+    if (line === '' || line.startsWith('#') || line.startsWith('!')) continue;
+    while (/(^|[^\\])(\\\\)*\\$/.test(line) && i + 1 < lines.length) line = line.slice(0, -1) + lines[++i]!.replace(/^[ \t\f]+/, '');
+    const split = /^((?:[^\\=: \t\f]|\\.)*)[ \t\f]*[=:]?[ \t\f]*(.*)$/s.exec(line)!;
+    props.set(unescapeJava(split[1]!), unescapeJava(split[2]!));
+  }
+  return props;
+}
+
+function unescapeJava(s: string): string {
+  return s.replace(/\\(u[0-9a-fA-F]{4}|.?)/g, (_, e: string) =>
+    e.startsWith('u') && e.length === 5 ? String.fromCharCode(parseInt(e.slice(1), 16)) : ({ t: '\t', n: '\n', r: '\r', f: '\f' } as Record<string, string>)[e] ?? e,
+  );
 }
 
 /** a record batch's own header (v2: base offset, length, epoch, magic, crc, attributes, ... record count) */
@@ -29,7 +107,8 @@ export const BATCH_OVERHEAD_BYTES = 61;
 
 /** Upper bound of the bytes one record takes inside a record batch: key, value, headers and varints at their widest. */
 export function recordBytes(m: OutboundMessage): number {
-  let size = 21;
+  // a timestamp of its own: its delta from the batch's first one, a varlong up to 10 bytes (else 1)
+  let size = m.timestamp === undefined ? 21 : 30;
   size += Buffer.byteLength(m.key) + (m.value === null ? 0 : Buffer.byteLength(m.value));
   for (const [k, v] of Object.entries(m.headers)) size += Buffer.byteLength(k) + Buffer.byteLength(v) + 10;
   return size;

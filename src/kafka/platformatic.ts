@@ -121,7 +121,8 @@ class PlatformaticProducer implements ClientProducer {
   // kafkajs: the deadline race around this call bounds the send as a whole.
   async send(topic: string, messages: OutboundMessage[]): Promise<void> {
     await this.producer.send({
-      messages: messages.map((m) => ({ topic, key: m.key, value: m.value ?? undefined, headers: m.headers })),
+      // the record's timestamp as a bigint of milliseconds (unset: the send time)
+      messages: messages.map((m) => ({ topic, key: m.key, value: m.value ?? undefined, headers: m.headers, ...(m.timestamp === undefined ? {} : { timestamp: BigInt(m.timestamp) }) })),
     });
   }
 

@@ -8,7 +8,7 @@
 // failed send (see sendOnce).
 import type { Deadline } from '../budget.ts';
 import type { Config } from '../config.ts';
-import type { KafkaLogin, OutboxRow } from '../domain.ts';
+import type { KafkaLogin, Metadata, OutboxRow } from '../domain.ts';
 import { DeadlineExceededError, type MessageRejectedError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import type { OutboundMessage, PublishOutcome, Publisher } from '../loop/ports.ts';
@@ -17,6 +17,8 @@ import { compressionSlack, splitBySize, toMessage, tooLarge } from './message.ts
 
 export interface PublisherOptions {
   kafka: Config['kafka'];
+  /** what the messages carry for consumers besides the row (OUTBOX_METADATA); none when not given */
+  metadata?: Metadata;
   /** configured OUTBOX_MAX_MESSAGE_BYTES; undefined = read the topic's limit from the broker */
   maxMessageBytes?: number;
   logger: Logger;
@@ -95,7 +97,7 @@ export class ProducerPublisher implements Publisher {
 
   /** A row as a Kafka record (message.ts). */
   toMessage(row: OutboxRow, topicTemplate: string): OutboundMessage {
-    return toMessage(row, topicTemplate);
+    return toMessage(row, topicTemplate, this.opts.metadata);
   }
 
   tooLarge(m: OutboundMessage, limitBytes: number, unreadValueBytes?: number): MessageRejectedError | undefined {

@@ -107,6 +107,8 @@ export interface OutboundMessage {
   key: string;
   value: string | null;
   headers: Record<string, string>;
+  /** the record's timestamp (ms since the epoch: CreateTime), when the metadata set it; else the client's send time */
+  timestamp?: number;
 }
 
 /** How rows become the publisher's messages: the broker's rules, which the loop's plan (src/loop/plan.ts) asks. */

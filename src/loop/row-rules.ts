@@ -17,7 +17,8 @@ export function brokenRule(message: OutboundMessage, rules: RowRules): MessageRe
         "Fix the row's topic (or aggregatetype); if the relay is meant to write that topic, widen OUTBOX_TOPIC_PREFIX, and the relay's Kafka ACL or IAM policy with it",
     );
   }
-  const extra = Object.entries(message.headers).filter(([name]) => !RELAY_HEADERS.includes(name));
+  const relay = rules.relayHeaders ?? RELAY_HEADERS;
+  const extra = Object.entries(message.headers).filter(([name]) => !relay.includes(name));
   const reserved = extra.find(([name]) => name.startsWith(RESERVED_HEADER_PREFIX) && !rules.reservedHeadersAllowed.includes(name));
   if (reserved) {
     return park(
@@ -27,14 +28,14 @@ export function brokenRule(message: OutboundMessage, rules: RowRules): MessageRe
   }
   if (extra.length > rules.maxHeaders) {
     return park(
-      `the row's ${extra.length} headers break the header-count rule: at most OUTBOX_HEADERS_MAX_COUNT=${rules.maxHeaders} per row (id and type not counted). ` +
+      `the row's ${extra.length} headers break the header-count rule: at most OUTBOX_HEADERS_MAX_COUNT=${rules.maxHeaders} per row (the relay's own headers not counted). ` +
         'Send fewer headers, or raise OUTBOX_HEADERS_MAX_COUNT',
     );
   }
   const bytes = extra.reduce((sum, [name, value]) => sum + Buffer.byteLength(name) + Buffer.byteLength(value), 0);
   if (bytes > rules.maxHeaderBytes) {
     return park(
-      `the row's headers (${bytes} bytes of names and values) break the header-size rule: at most OUTBOX_HEADERS_MAX_BYTES=${rules.maxHeaderBytes} per row (id and type not counted). ` +
+      `the row's headers (${bytes} bytes of names and values) break the header-size rule: at most OUTBOX_HEADERS_MAX_BYTES=${rules.maxHeaderBytes} per row (the relay's own headers not counted). ` +
         'Move the data into the payload, or raise OUTBOX_HEADERS_MAX_BYTES',
     );
   }

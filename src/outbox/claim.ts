@@ -1,7 +1,7 @@
 // The claim, one statement, and the two statements that serve it (heldGapsSql, payloadsSql).
 // docs/order-guard.md explains the claim fragment by fragment; each fragment below says why it
 // exists. `{t}` is the validated, quoted table name (identifier.ts); values are bound parameters.
-import type { ParkedPolicy } from '../domain.ts';
+import type { ClaimColumn, ParkedPolicy } from '../domain.ts';
 import type { ClaimFilter } from '../loop/ports.ts';
 
 /** A statement and its bound parameters, built together so they cannot disagree. */
@@ -39,7 +39,8 @@ export interface ClaimBytes {
  * advisory-lock keys (the table's name). Within a fragment, a column is named bare where only one
  * table can have it.
  */
-export function claimStatement(t: string, policy: ParkedPolicy, limit: number, filter: ClaimFilter, lockSeed: string, bytes: ClaimBytes): Statement {
+export function claimStatement(t: string, policy: ParkedPolicy, limit: number, filter: ClaimFilter, lockSeed: string, bytes: ClaimBytes,
+  columns: readonly ClaimColumn[] = []): Statement {
   const p = new Params();
   const claim = { limit: p.add(limit), seed: p.add(lockSeed), inFlight: p.add(filter.inFlight) };
   const size = { batch: p.add(bytes.batch), payload: p.add(bytes.payload) };
@@ -59,7 +60,7 @@ export function claimStatement(t: string, policy: ParkedPolicy, limit: number, f
   // and only up to bytes.payload (see ClaimBytes).
   const text = `WITH ${ctes.join(',\n')}
 SELECT seq, id, aggregatetype, aggregateid, type, CASE WHEN payload_bytes <= ${size.payload} THEN payload::text END AS payload, payload_bytes,
-  topic, headers, attempts, first_gap, (first_gap IS NULL OR seq < first_gap) AS publishable
+  topic, headers, attempts${columns.map((c) => `, ${c}`).join('')}, first_gap, (first_gap IS NULL OR seq < first_gap) AS publishable
 FROM taken LEFT JOIN gap USING (aggregateid)`;
   return { text, params: p.list };
 }

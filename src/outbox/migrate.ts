@@ -37,6 +37,7 @@ export function render(sqlText: string, table: TableName): string {
     type_max: derivedName(table, 'type_max_255_chars'),
     topic_max: derivedName(table, 'topic_max_249_chars'),
     headers_max: derivedName(table, 'headers_max_65536_bytes'),
+    tracingspancontext_max: derivedName(table, 'tracingspancontext_max_2048_chars'),
     idx_claim: derivedName(table, 'claim_idx'),
     idx_aggregate: derivedName(table, 'aggregate_idx'),
     idx_retry: derivedName(table, 'retry_idx'),

@@ -2,7 +2,7 @@
 // (batch-tx.ts), the store's own side transactions (side-tx.ts), LISTEN (listen.ts), on a client
 // guarded against the driver's defects (connections.ts). Why it is built so: docs/DESIGN.md,
 // "The store and postgres.js".
-import type { ParkedPolicy } from '../domain.ts';
+import type { ClaimColumn, ParkedPolicy } from '../domain.ts';
 import type { Deadline } from '../budget.ts';
 import type {
   BatchTransaction,
@@ -31,6 +31,8 @@ export interface StoreOptions {
   sentRows?: SentRowsMode;
   /** the claim's bounds in bytes (sql.ts ClaimBytes): OUTBOX_MAX_BATCH_BYTES, the largest payload read with it */
   claimBytes?: Partial<q.ClaimBytes>;
+  /** the columns the claim reads beyond its usual ones (claimColumns: what the metadata need) */
+  columns?: readonly ClaimColumn[];
 }
 
 /**
@@ -56,6 +58,7 @@ export class OutboxStore implements Store, BatchStatements, SideStatements {
   private readonly policy: ParkedPolicy;
   private readonly sentRows: SentRowsMode;
   private readonly claimBytes: q.ClaimBytes;
+  private readonly claimColumns: readonly ClaimColumn[];
   private readonly whyEmptyText: string;
   private readonly newestText: string;
   /** checkTables() found the sent table writable (once per client) */
@@ -67,10 +70,11 @@ export class OutboxStore implements Store, BatchStatements, SideStatements {
     readonly sql: Sql,
     table: TableName,
     policy: ParkedPolicy,
-    { prepare = true, sentRows = 'keep', claimBytes = {} }: StoreOptions = {},
+    { prepare = true, sentRows = 'keep', claimBytes = {}, columns = [] }: StoreOptions = {},
   ) {
     this.prepared = { prepare };
     this.claimBytes = { ...DEFAULT_CLAIM_BYTES, ...claimBytes };
+    this.claimColumns = columns;
     this.table = qualified(table);
     this.policy = policy;
     this.sentTable = qualified(sentTable(table));
@@ -115,7 +119,7 @@ export class OutboxStore implements Store, BatchStatements, SideStatements {
 
   /** The claim for `filter` (its shape: src/outbox/sql.ts claimStatement). */
   claimStatement(limit: number, filter: ClaimFilter): q.Statement {
-    return q.claimStatement(this.table, this.policy, limit, filter, this.table, this.claimBytes);
+    return q.claimStatement(this.table, this.policy, limit, filter, this.table, this.claimBytes, this.claimColumns);
   }
 
   /**

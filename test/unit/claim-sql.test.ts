@@ -45,6 +45,14 @@ describe('the claim statement', () => {
     assert.deepEqual([...new Set(text.match(/\$\d+/g))].sort(), ['$1', '$2', '$3', '$4', '$5', '$6', '$7', '$8']);
   });
 
+  it('reads created_at and tracingspancontext only when the metadata need them (claimColumns): the usual text plus the columns, once per row returned', () => {
+    const usual = claimStatement(TABLE, 'hold', 500, USUAL, TABLE, BYTES).text;
+    const more = claimStatement(TABLE, 'hold', 500, USUAL, TABLE, BYTES, ['created_at', 'tracingspancontext']).text;
+    assert.equal(more.replaceAll(', r.created_at, r.tracingspancontext', '').replaceAll(', c.created_at, c.tracingspancontext', ''), usual);
+    assert.equal(more.split('created_at').length - 1, 2, 'in the candidates and in the result');
+    assert.ok(!/created_at|tracingspancontext/.test(usual));
+  });
+
   it('the same shape gives the same text (one prepared statement per shape), whatever the values', () => {
     const a = claimStatement(TABLE, 'hold', 500, EVERY_PART, TABLE, BYTES).text;
     const b = claimStatement(TABLE, 'hold', 10, { aggregates: ['x', 'y'], inFlight: [], topics: ['t1', 't2'], topicTemplate: 'other' }, TABLE, { batch: 1, payload: 2 }).text;

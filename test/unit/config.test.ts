@@ -345,3 +345,22 @@ describe('OUTBOX_MAX_BATCH_BYTES', () => {
     assert.match(problems({ ...base, OUTBOX_MAX_BATCH_BYTES: '64MB' }).join('\n'), /OUTBOX_MAX_BATCH_BYTES="64MB" is not a whole number/);
   });
 });
+
+describe('loadConfig: consumer metadata (OUTBOX_METADATA, OUTBOX_CLOUDEVENTS_SOURCE)', () => {
+  it('none by default; each listed option on; cloudevents with its source; the relay\'s headers follow', () => {
+    assert.deepEqual(loadConfig(base).outbox.metadata, { timestamp: false, seq: false, trace: false });
+    assert.deepEqual(loadConfig(base).outbox.rowRules.relayHeaders, ['id', 'type']);
+    const c = loadConfig({ ...base, OUTBOX_METADATA: ' Timestamp, seq,trace ,cloudevents', OUTBOX_CLOUDEVENTS_SOURCE: '/orders' });
+    assert.deepEqual(c.outbox.metadata, { timestamp: true, seq: true, trace: true, cloudEventsSource: '/orders' });
+    assert.ok(['seq', 'traceparent', 'tracestate', 'ce_id', 'content-type'].every((h) => c.outbox.rowRules.relayHeaders?.includes(h)));
+  });
+
+  it('refuses an unknown option, cloudevents without a source, a source without cloudevents, a source that is no URI reference', () => {
+    assert.deepEqual(problems({ ...base, OUTBOX_METADATA: 'timestamp,traceid' }), [
+      'OUTBOX_METADATA entry "traceid" is not one of timestamp, seq, trace, cloudevents (a comma-separated list, e.g. OUTBOX_METADATA=timestamp,seq,trace)',
+    ]);
+    assert.match(problems({ ...base, OUTBOX_METADATA: 'cloudevents' })[0]!, /lists cloudevents, which needs OUTBOX_CLOUDEVENTS_SOURCE/);
+    assert.match(problems({ ...base, OUTBOX_CLOUDEVENTS_SOURCE: '/orders' })[0]!, /OUTBOX_METADATA does not list cloudevents/);
+    assert.match(problems({ ...base, OUTBOX_METADATA: 'cloudevents', OUTBOX_CLOUDEVENTS_SOURCE: 'my orders' })[0]!, /is not a URI reference/);
+  });
+});

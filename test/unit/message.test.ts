@@ -1,9 +1,11 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { topicFor, type OutboxRow } from '../../src/domain.ts';
+import { NO_METADATA, relayHeaders, topicFor, type Metadata, type OutboxRow } from '../../src/domain.ts';
+import { tracingSpanContext } from '../../src/enqueue.ts';
 import { MessageRejectedError } from '../../src/errors.ts';
-import { BATCH_OVERHEAD_BYTES, compressionSlack, encodedSize, recordBytes, splitBySize, toMessage } from '../../src/kafka/message.ts';
+import { BATCH_OVERHEAD_BYTES, compressionSlack, encodedSize, javaProperties, recordBytes, splitBySize, toMessage, traceContext } from '../../src/kafka/message.ts';
 import type { OutboundMessage } from '../../src/loop/ports.ts';
+import { brokenRule } from '../../src/loop/row-rules.ts';
 
 const row: OutboxRow = {
   seq: '7',
@@ -131,3 +133,90 @@ describe('compressionSlack', () => {
     assert.equal(compressionSlack(1_048_576), 64 * 5 + 32);
   });
 });
+
+describe('row → message: consumer metadata (OUTBOX_METADATA)', () => {
+  const created = new Date('2026-12-03T04:05:06.789Z');
+  const traced = { ...row, created_at: created, tracingspancontext: null as string | null };
+  const all: Metadata = { timestamp: true, seq: true, trace: true, cloudEventsSource: '/orders-service' };
+  const PARENT = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+
+  it('none by default: no timestamp of its own (the send time), no header beyond id, type and the row\'s', () => {
+    const m = toMessage(traced, 't');
+    assert.equal(m.timestamp, undefined);
+    assert.deepEqual(Object.keys(m.headers).sort(), ['id', 'tenant', 'traceparent', 'type']);
+  });
+
+  it('timestamp: the record\'s CreateTime is the row\'s created_at, in milliseconds', () => {
+    assert.equal(toMessage(traced, 't', { ...NO_METADATA, timestamp: true }).timestamp, created.getTime());
+    assert.throws(() => toMessage(row, 't', { ...NO_METADATA, timestamp: true }), /row 7 has no created_at/);
+  });
+
+  it('seq: the row\'s position as a header, which the row\'s own `seq` header cannot override', () => {
+    const m = toMessage({ ...traced, headers: { seq: '999' } }, 't', { ...NO_METADATA, seq: true });
+    assert.equal(m.headers.seq, '7');
+  });
+
+  it('trace: traceparent and tracestate from Debezium\'s column (Java properties, as its extension stores them), or a bare traceparent', () => {
+    const trace = { ...NO_METADATA, trace: true };
+    const debezium = `#Thu Dec 03 04:05:06 UTC 2026\ntraceparent=${PARENT}\ntracestate=rojo\\=00f067aa0ba902b7,congo\\=t61rcWkgMzE\n`;
+    assert.deepEqual(pick(toMessage({ ...traced, tracingspancontext: debezium }, 't', trace)), { traceparent: PARENT, tracestate: 'rojo=00f067aa0ba902b7,congo=t61rcWkgMzE' });
+    assert.deepEqual(pick(toMessage({ ...traced, tracingspancontext: ` ${PARENT}\n` }, 't', trace)), { traceparent: PARENT });
+    assert.deepEqual(pick(toMessage({ ...traced, tracingspancontext: `traceparent : ${PARENT}` }, 't', trace)), { traceparent: PARENT });
+  });
+
+  it('trace: none for a row without trace context or with an invalid one; the row\'s own trace headers never pass', () => {
+    const trace = { ...NO_METADATA, trace: true };
+    for (const column of [null, '', 'tracestate=a=b', 'traceparent=00-abc', `traceparent=00-${'0'.repeat(32)}-00f067aa0ba902b7-01`, `traceparent=ff${PARENT.slice(2)}`]) {
+      assert.deepEqual(pick(toMessage({ ...traced, headers: { traceparent: PARENT, tracestate: 'x=y' }, tracingspancontext: column }, 't', trace)), {}, String(column));
+    }
+  });
+
+  it('cloudevents: the binary-mode headers of the CloudEvents Kafka binding', () => {
+    const m = toMessage(traced, 't', { ...NO_METADATA, cloudEventsSource: '/orders-service' });
+    assert.deepEqual(Object.fromEntries(Object.entries(m.headers).filter(([k]) => k.startsWith('ce_') || k === 'content-type')), {
+      ce_specversion: '1.0',
+      ce_id: row.id,
+      ce_source: '/orders-service',
+      ce_type: 'OrderCreated',
+      ce_time: '2026-12-03T04:05:06.789Z',
+      ce_subject: 'order-1',
+      'content-type': 'application/json',
+    });
+  });
+
+  it('relayHeaders names exactly the headers the relay writes: the row\'s own of those names are replaced and not counted by the row rules', () => {
+    const full = { ...traced, headers: null, tracingspancontext: `traceparent=${PARENT}\ntracestate=a=b` };
+    for (const metadata of [NO_METADATA, { ...NO_METADATA, seq: true }, all]) {
+      assert.deepEqual(Object.keys(toMessage(full, 't', metadata).headers).sort(), [...relayHeaders(metadata)].sort());
+    }
+    // a row at its limits (one header of 11 bytes) whose spoofed relay headers would break both
+    const spoofed = Object.fromEntries(relayHeaders(all).map((name) => [name, 'x'.repeat(100)]));
+    const rules = { topicPrefix: 't', reservedHeadersAllowed: [], maxHeaders: 1, maxHeaderBytes: 11, relayHeaders: relayHeaders(all) };
+    assert.equal(brokenRule(toMessage({ ...full, headers: { ...spoofed, tenant: '12345' } }, 't', all), rules), undefined);
+    assert.match(brokenRule(toMessage({ ...full, headers: { tenant: '12345', b: '1' } }, 't', all), rules)?.message ?? '', /header-count rule/);
+  });
+
+  it('counts a timestamp\'s delta at its widest in the record\'s size bound', () => {
+    const plain = toMessage(traced, 't');
+    assert.equal(recordBytes({ ...plain, timestamp: created.getTime() }) - recordBytes(plain), 9);
+  });
+});
+
+describe('trace context as enqueue() writes it and the relay reads it', () => {
+  it('round-trips through Debezium\'s properties format, escapes included', () => {
+    const context = { traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01', tracestate: 'rojo=00f067aa0ba902b7,congo=t61r:c#W!k\\z' };
+    const text = tracingSpanContext(context);
+    assert.equal(text, 'traceparent=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\ntracestate=rojo\\=00f067aa0ba902b7,congo\\=t61r\\:c\\#W\\!k\\\\z\n');
+    assert.deepEqual(Object.fromEntries(javaProperties(text)), context);
+    assert.deepEqual(traceContext(tracingSpanContext({ traceparent: context.traceparent })), { traceparent: context.traceparent });
+  });
+
+  it('reads java.util.Properties text: comments, separators, continuation lines, unicode escapes', () => {
+    const text = '# comment\n! another\n  a = 1\nb:2\nc 3\nd=x\\\n   y\ne=\\u0041\\tB\nf\n';
+    assert.deepEqual(Object.fromEntries(javaProperties(text)), { a: '1', b: '2', c: '3', d: 'xy', e: 'A\tB', f: '' });
+  });
+});
+
+function pick(m: OutboundMessage): Record<string, string> {
+  return Object.fromEntries(Object.entries(m.headers).filter(([k]) => k === 'traceparent' || k === 'tracestate'));
+}

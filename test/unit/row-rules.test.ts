@@ -72,7 +72,7 @@ describe('brokenRule: headers', () => {
     assert.equal(check({ headers: { a: '', b: '', c: '' } }), undefined);
     const err = check({ headers: { a: '', b: '', c: '', d: '' } });
     assert.equal(err?.permanent, true);
-    assert.equal(err?.message, "the row's 4 headers break the header-count rule: at most OUTBOX_HEADERS_MAX_COUNT=3 per row (id and type not counted). Send fewer headers, or raise OUTBOX_HEADERS_MAX_COUNT");
+    assert.equal(err?.message, "the row's 4 headers break the header-count rule: at most OUTBOX_HEADERS_MAX_COUNT=3 per row (the relay's own headers not counted). Send fewer headers, or raise OUTBOX_HEADERS_MAX_COUNT");
     assert.ok(check({ headers: { a: '' } }, { ...rules, maxHeaders: 0 }), '0: rows may set no header');
   });
 
@@ -80,7 +80,7 @@ describe('brokenRule: headers', () => {
     assert.equal(check({ headers: { k: 'v'.repeat(39) } }), undefined, '1 + 39 = 40 bytes');
     assert.equal(
       check({ headers: { k: 'v'.repeat(40) } })?.message,
-      "the row's headers (41 bytes of names and values) break the header-size rule: at most OUTBOX_HEADERS_MAX_BYTES=40 per row (id and type not counted). Move the data into the payload, or raise OUTBOX_HEADERS_MAX_BYTES",
+      "the row's headers (41 bytes of names and values) break the header-size rule: at most OUTBOX_HEADERS_MAX_BYTES=40 per row (the relay's own headers not counted). Move the data into the payload, or raise OUTBOX_HEADERS_MAX_BYTES",
     );
     assert.ok(check({ headers: { k: 'é'.repeat(20) } }), 'é is 2 bytes: 41 in all');
     assert.ok(check({ headers: { k: { nested: 'v'.repeat(30) } } }), 'an object value is sent as its JSON text, and measured so');
@@ -113,7 +113,7 @@ describe('OUTBOX_TOPIC_PREFIX and the header settings (src/config.ts)', () => {
   });
 
   it('defaults: the prefix is the template\'s fixed start (outbox.event.); headers: no reserved name, 32 headers, 16 KiB', () => {
-    assert.deepEqual(loadConfig(base).outbox.rowRules, { topicPrefix: 'outbox.event.', reservedHeadersAllowed: [], maxHeaders: 32, maxHeaderBytes: 16_384 });
+    assert.deepEqual(loadConfig(base).outbox.rowRules, { topicPrefix: 'outbox.event.', reservedHeadersAllowed: [], maxHeaders: 32, maxHeaderBytes: 16_384, relayHeaders: ['id', 'type'] });
     assert.equal(loadConfig({ ...base, OUTBOX_TOPIC_TEMPLATE: 'orders.{type}' }).outbox.rowRules.topicPrefix, 'orders.');
   });
 
@@ -126,7 +126,7 @@ describe('OUTBOX_TOPIC_PREFIX and the header settings (src/config.ts)', () => {
       OUTBOX_HEADERS_MAX_COUNT: '0',
       OUTBOX_HEADERS_MAX_BYTES: '1000000',
     }).outbox.rowRules;
-    assert.deepEqual(r, { topicPrefix: 'acme.', reservedHeadersAllowed: ['__TypeId__', '__KeyTypeId__'], maxHeaders: 0, maxHeaderBytes: 1_000_000 });
+    assert.deepEqual(r, { topicPrefix: 'acme.', reservedHeadersAllowed: ['__TypeId__', '__KeyTypeId__'], maxHeaders: 0, maxHeaderBytes: 1_000_000, relayHeaders: ['id', 'type'] });
   });
 
   it('G8: a template starting with a placeholder needs OUTBOX_TOPIC_PREFIX: the problem says why and what to set', () => {

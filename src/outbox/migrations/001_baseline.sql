@@ -21,6 +21,9 @@ CREATE TABLE IF NOT EXISTS {{table}} (
   -- byte cut adds them up, reading no payload it will not send (docs/schema.md says why stored)
   payload_bytes   integer     GENERATED ALWAYS AS (octet_length(payload::text)) STORED,
   headers_bytes   integer     GENERATED ALWAYS AS (octet_length(headers::text)) STORED,
+  -- the writer's trace context, Debezium's column (its outbox extension writes Java properties
+  -- text: traceparent=00-...); with OUTBOX_METADATA=trace, the traceparent/tracestate headers
+  tracingspancontext text,
   -- relay order: identity, so it follows insert order, not commit order
   seq             bigint      GENERATED ALWAYS AS IDENTITY,
   created_at      timestamptz NOT NULL DEFAULT now(),
@@ -58,7 +61,10 @@ CREATE TABLE IF NOT EXISTS {{table}} (
   CONSTRAINT {{aggregateid_max}} CHECK (char_length(aggregateid) <= 255),
   CONSTRAINT {{type_max}} CHECK (char_length(type) <= 255),
   CONSTRAINT {{topic_max}} CHECK (char_length(topic) <= 249),
-  CONSTRAINT {{headers_max}} CHECK (headers_bytes <= 65536)
+  CONSTRAINT {{headers_max}} CHECK (headers_bytes <= 65536),
+  -- trace context headers are the relay's, outside the row's header limits: bounded here (a
+  -- traceparent is 55 characters; W3C asks vendors to pass at least 512 of tracestate)
+  CONSTRAINT {{tracingspancontext_max}} CHECK (char_length(tracingspancontext) <= 2048)
 );
 
 -- The claim: pending rows in seq order. Partial, so sent, parked and waiting rows never enter it.
