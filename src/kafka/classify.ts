@@ -18,7 +18,9 @@ import { BrokerUnavailableError, DeadlineExceededError, KafkaClientLoadError, Me
 import { tlsRefusal } from '../transport.ts';
 
 /** errors about the records themselves: retrying the same bytes can never succeed */
-const RECORD_ERRORS = new Set(['MESSAGE_TOO_LARGE', 'RECORD_LIST_TOO_LARGE', 'INVALID_RECORD']);
+// INVALID_TIMESTAMP: a record timestamp (OUTBOX_METADATA=timestamp: created_at) outside the topic's
+// message.timestamp.before/after.max.ms: the row is parked at once, an operator's to retry
+const RECORD_ERRORS = new Set(['MESSAGE_TOO_LARGE', 'RECORD_LIST_TOO_LARGE', 'INVALID_RECORD', 'INVALID_TIMESTAMP']);
 /** errors about the destination topic: every message to that topic fails, no other topic is affected */
 const TOPIC_ERRORS = new Set([
   'UNKNOWN_TOPIC_OR_PARTITION',

@@ -186,6 +186,8 @@ export interface Consumed {
   key: string | null;
   value: string | null;
   headers: Record<string, string>;
+  /** the record's timestamp, ms since the epoch (CreateTime: the producer's) */
+  timestamp: string;
 }
 
 /** Read every message currently on the topics (from the beginning) until `expected` arrived or it times out. */
@@ -202,7 +204,7 @@ export async function consumeAll(topics: string[], expected: number, timeoutMs =
       eachMessage: async ({ topic, partition, message }) => {
         const headers: Record<string, string> = {};
         for (const [k, v] of Object.entries(message.headers ?? {})) headers[k] = Buffer.isBuffer(v) ? v.toString() : String(v);
-        out.push({ topic, partition, offset: message.offset, key: message.key?.toString() ?? null, value: message.value?.toString() ?? null, headers });
+        out.push({ topic, partition, offset: message.offset, key: message.key?.toString() ?? null, value: message.value?.toString() ?? null, headers, timestamp: message.timestamp });
         if (out.length >= expected) resolveDone();
       },
     });
@@ -508,7 +510,7 @@ export async function startWatching(topics: string[]): Promise<{ arrivals: Map<s
     eachMessage: async ({ topic, partition, message }) => {
       const headers: Record<string, string> = {};
       for (const [k, v] of Object.entries(message.headers ?? {})) headers[k] = Buffer.isBuffer(v) ? v.toString() : String(v);
-      messages.push({ topic, partition, offset: message.offset, key: message.key?.toString() ?? null, value: message.value?.toString() ?? null, headers });
+      messages.push({ topic, partition, offset: message.offset, key: message.key?.toString() ?? null, value: message.value?.toString() ?? null, headers, timestamp: message.timestamp });
       if (!arrivals.has(headers.id!)) arrivals.set(headers.id!, Date.now());
     },
   });

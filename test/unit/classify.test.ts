@@ -70,7 +70,7 @@ describe('classifySendError', () => {
 
 describe('classifySendError: every code in its scope', () => {
   it('record codes: the row is charged, and parked at once (retrying the same bytes cannot succeed)', () => {
-    for (const type of ['MESSAGE_TOO_LARGE', 'RECORD_LIST_TOO_LARGE', 'INVALID_RECORD']) {
+    for (const type of ['MESSAGE_TOO_LARGE', 'RECORD_LIST_TOO_LARGE', 'INVALID_RECORD', 'INVALID_TIMESTAMP']) {
       const err = protocol(type);
       const r = classifySendError(err, 'orders');
       assert.ok(r.scope === 'record', type);
@@ -213,6 +213,7 @@ describe('classifySendError: @platformatic/kafka errors map to the same scopes',
       [10, 'MESSAGE_TOO_LARGE', 'record'],
       [18, 'RECORD_LIST_TOO_LARGE', 'record'],
       [87, 'INVALID_RECORD', 'record'],
+      [32, 'INVALID_TIMESTAMP', 'record'],
       [3, 'UNKNOWN_TOPIC_OR_PARTITION', 'topic'],
       [29, 'TOPIC_AUTHORIZATION_FAILED', 'topic'],
       [100, 'UNKNOWN_TOPIC_ID', 'topic'],
