@@ -23,7 +23,7 @@ export interface OutboxRow {
   attempts: number;
   /** read by the claim only when the metadata need it (claimColumns): the record's timestamp, ce_time */
   created_at?: Date;
-  /** read by the claim only with OUTBOX_METADATA=trace: Debezium's trace context column (traceContext, src/kafka/message.ts) */
+  /** read by the claim only with OUTBOX_METADATA=trace: Debezium's trace context column (src/kafka/message.ts) */
   tracingspancontext?: string | null;
 }
 
@@ -108,7 +108,9 @@ export const METADATA_OPTIONS = ['timestamp', 'seq', 'trace', 'cloudevents'] as 
 export const NO_METADATA: Metadata = { timestamp: false, seq: false, trace: false };
 
 /** CloudEvents' Kafka binding, binary mode: its attributes as `ce_` headers, the data's type as content-type. */
-export const CLOUDEVENTS_HEADERS = ['ce_specversion', 'ce_id', 'ce_source', 'ce_type', 'ce_time', 'ce_subject', 'content-type'] as const;
+export const CLOUDEVENTS_HEADERS = [
+  'ce_specversion', 'ce_id', 'ce_source', 'ce_type', 'ce_time', 'ce_subject', 'content-type',
+] as const;
 
 /**
  * Every header the relay writes under `metadata`: a row's own headers of these names are

@@ -31,13 +31,15 @@ export async function enqueue<P>(sql: TransactionSql | Sql, event: OutboxEvent<P
   const table = qualified(parseTableName(options.table ?? 'outbox'));
   // JSON goes over the wire as text and is parsed by Postgres: a string bound straight to a
   // jsonb parameter would be stored as a JSON string, not as the object
-  const values: unknown[] = [event.aggregatetype, event.aggregateid, event.type, JSON.stringify(event.payload ?? null), event.topic ?? null, event.headers ? JSON.stringify(event.headers) : null];
+  const values: unknown[] = [event.aggregatetype, event.aggregateid, event.type, JSON.stringify(event.payload ?? null)];
+  values.push(event.topic ?? null, event.headers ? JSON.stringify(event.headers) : null);
   // named only when given: a producer granted INSERT on the other columns only still can
   const trace = event.traceContext ? tracingSpanContext(event.traceContext) : undefined;
   if (trace !== undefined) values.push(trace);
+  const [column, value] = trace === undefined ? ['', ''] : [', tracingspancontext', ', $7'];
   const rows = await sql.unsafe<{ id: string }[]>(
-    `INSERT INTO ${table} (aggregatetype, aggregateid, type, payload, topic, headers${trace === undefined ? '' : ', tracingspancontext'})
-     VALUES ($1, $2, $3, $4::text::jsonb, $5, $6::text::jsonb${trace === undefined ? '' : ', $7'}) RETURNING id`,
+    `INSERT INTO ${table} (aggregatetype, aggregateid, type, payload, topic, headers${column})
+     VALUES ($1, $2, $3, $4::text::jsonb, $5, $6::text::jsonb${value}) RETURNING id`,
     values as never[],
   );
   return rows[0]!.id;
@@ -46,7 +48,8 @@ export async function enqueue<P>(sql: TransactionSql | Sql, event: OutboxEvent<P
 /** A trace context as Debezium's outbox extension stores it: java.util.Properties text, one `key=value` line each. */
 export function tracingSpanContext(context: { traceparent: string; tracestate?: string }): string {
   // Properties.store's escapes: a backslash, the separators and comment marks, line breaks
-  const escape = (v: string) => v.replace(/[\\=:#!]/g, (c) => `\\${c}`).replace(/[\t\n\r\f]/g, (c) => ({ '\t': '\\t', '\n': '\\n', '\r': '\\r', '\f': '\\f' })[c]!);
-  const entries = Object.entries({ traceparent: context.traceparent, tracestate: context.tracestate }).filter(([, v]) => v);
-  return entries.map(([k, v]) => `${k}=${escape(v!)}\n`).join('');
+  const controls: Record<string, string> = { '\t': '\\t', '\n': '\\n', '\r': '\\r', '\f': '\\f' };
+  const escape = (v: string) => v.replace(/[\\=:#!]/g, (c) => `\\${c}`).replace(/[\t\n\r\f]/g, (c) => controls[c]!);
+  const { traceparent, tracestate } = context;
+  return `traceparent=${escape(traceparent)}\n${tracestate ? `tracestate=${escape(tracestate)}\n` : ''}`;
 }

@@ -187,7 +187,8 @@ export class Runtime {
     // OUTBOX_MAX_MESSAGE_BYTES, when set, is every topic's limit: a larger payload is never read
     const claimBytes = { batch: maxBatchBytes, ...(maxMessageBytes === undefined ? {} : { payload: maxMessageBytes }) };
     // the columns the metadata read (created_at, tracingspancontext) are claimed only when on
-    this.store ??= this.newStore(sql, { prepare: this.prepare, sentRows, claimBytes, columns: claimColumns(this.config.outbox.metadata) });
+    const columns = claimColumns(this.config.outbox.metadata);
+    this.store ??= this.newStore(sql, { prepare: this.prepare, sentRows, claimBytes, columns });
     return this.store;
   }
 

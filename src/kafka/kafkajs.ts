@@ -125,7 +125,12 @@ class KafkajsProducer implements ClientProducer {
       timeout: brokerTimeoutMs,
       compression: this.compression,
       // kafkajs takes the record's timestamp as a string of milliseconds (unset: the send time)
-      messages: messages.map((m) => ({ key: m.key, value: m.value, headers: m.headers, ...(m.timestamp === undefined ? {} : { timestamp: String(m.timestamp) }) })),
+      messages: messages.map((m) => ({
+        key: m.key,
+        value: m.value,
+        headers: m.headers,
+        ...(m.timestamp === undefined ? {} : { timestamp: String(m.timestamp) }),
+      })),
     });
   }
 

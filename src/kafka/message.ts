@@ -29,14 +29,17 @@ export function toMessage(row: OutboxRow, template: string, metadata: Metadata =
     delete headers.tracestate;
     Object.assign(headers, traceContext(row.tracingspancontext));
   }
-  if (metadata.cloudEventsSource !== undefined) Object.assign(headers, cloudEventHeaders(row, metadata.cloudEventsSource));
+  const source = metadata.cloudEventsSource;
+  if (source !== undefined) Object.assign(headers, cloudEventHeaders(row, source));
   const message: OutboundMessage = { seq: row.seq, aggregateid: row.aggregateid, topic, key: row.aggregateid, value: row.payload, headers };
   if (metadata.timestamp) message.timestamp = createdAt(row).getTime();
   return message;
 }
 
 function createdAt(row: OutboxRow): Date {
-  if (!(row.created_at instanceof Date)) throw new Error(`row ${row.seq} has no created_at: the claim must read it when the metadata need it (claimColumns)`);
+  if (!(row.created_at instanceof Date)) {
+    throw new Error(`row ${row.seq} has no created_at: the claim must read it when the metadata need it (claimColumns)`);
+  }
   return row.created_at;
 }
 
@@ -44,7 +47,9 @@ function createdAt(row: OutboxRow): Date {
  * CloudEvents' Kafka protocol binding, binary mode: the event's attributes as `ce_` headers (id,
  * type and subject from the row's columns, time its created_at), the payload as the data.
  */
-export function cloudEventHeaders(row: OutboxRow, source: string): Record<(typeof CLOUDEVENTS_HEADERS)[number], string> {
+type CloudEventHeader = (typeof CLOUDEVENTS_HEADERS)[number];
+
+export function cloudEventHeaders(row: OutboxRow, source: string): Record<CloudEventHeader, string> {
   return {
     ce_specversion: '1.0',
     ce_id: row.id,
@@ -67,7 +72,12 @@ const TRACESTATE = /^[\x20-\x7e]*$/;
  * traceparent. Nothing when absent or invalid: as W3C says of a traceparent it cannot parse, the
  * consumer then starts a trace of its own (and tracestate goes only with a valid traceparent).
  */
-export function traceContext(column: string | null | undefined): { traceparent: string; tracestate?: string } | undefined {
+export interface TraceHeaders {
+  traceparent: string;
+  tracestate?: string;
+}
+
+export function traceContext(column: string | null | undefined): TraceHeaders | undefined {
   if (!column) return undefined;
   const bare = column.trim();
   const props = TRACEPARENT.test(bare) ? new Map([['traceparent', bare]]) : javaProperties(column);
@@ -89,16 +99,21 @@ export function javaProperties(text: string): Map<string, string> {
   for (let i = 0; i < lines.length; i++) {
     let line = lines[i]!.replace(/^[ \t\f]+/, '');
     if (line === '' || line.startsWith('#') || line.startsWith('!')) continue;
-    while (/(^|[^\\])(\\\\)*\\$/.test(line) && i + 1 < lines.length) line = line.slice(0, -1) + lines[++i]!.replace(/^[ \t\f]+/, '');
+    // an odd number of trailing backslashes: the line goes on, its next line's leading blanks dropped
+    while (/(^|[^\\])(\\\\)*\\$/.test(line) && i + 1 < lines.length) {
+      line = line.slice(0, -1) + lines[++i]!.replace(/^[ \t\f]+/, '');
+    }
     const split = /^((?:[^\\=: \t\f]|\\.)*)[ \t\f]*[=:]?[ \t\f]*(.*)$/s.exec(line)!;
     props.set(unescapeJava(split[1]!), unescapeJava(split[2]!));
   }
   return props;
 }
 
+const CONTROLS: Record<string, string> = { t: '\t', n: '\n', r: '\r', f: '\f' };
+
 function unescapeJava(s: string): string {
   return s.replace(/\\(u[0-9a-fA-F]{4}|.?)/g, (_, e: string) =>
-    e.startsWith('u') && e.length === 5 ? String.fromCharCode(parseInt(e.slice(1), 16)) : ({ t: '\t', n: '\n', r: '\r', f: '\f' } as Record<string, string>)[e] ?? e,
+    e.startsWith('u') && e.length === 5 ? String.fromCharCode(parseInt(e.slice(1), 16)) : (CONTROLS[e] ?? e),
   );
 }
 

@@ -122,7 +122,13 @@ class PlatformaticProducer implements ClientProducer {
   async send(topic: string, messages: OutboundMessage[]): Promise<void> {
     await this.producer.send({
       // the record's timestamp as a bigint of milliseconds (unset: the send time)
-      messages: messages.map((m) => ({ topic, key: m.key, value: m.value ?? undefined, headers: m.headers, ...(m.timestamp === undefined ? {} : { timestamp: BigInt(m.timestamp) }) })),
+      messages: messages.map((m) => ({
+        topic,
+        key: m.key,
+        value: m.value ?? undefined,
+        headers: m.headers,
+        ...(m.timestamp === undefined ? {} : { timestamp: BigInt(m.timestamp) }),
+      })),
     });
   }
 
