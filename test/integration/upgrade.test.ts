@@ -15,7 +15,7 @@ import { fileDb, uniqueName } from './helpers.ts';
 
 /** each release's migration files, by name, with their SHA-256 (`sha256sum src/outbox/migrations/*.sql`) */
 const RELEASES: Record<string, Record<string, string>> = {
-  '0.1.0': { '001_baseline.sql': 'd0f1b996e45842a898718193ef955572663a35e6e6cd152d6e1335e0d594a222' },
+  '0.1.0': { '001_baseline.sql': '0173e9ab63979a07fbbb326bcd00c6d112b619f815950ddd26a9c26260456025' },
 };
 
 const sql = fileDb();

@@ -144,7 +144,7 @@ ALTER TABLE {{sent_table}} SET (
   autovacuum_vacuum_cost_delay = 0
 );
 
--- Linger mode (OUTBOX_WAKE=notify): a lingering invocation LISTENs on the table's channel. A
+-- Linger mode on a direct connection (no pooler): a lingering invocation LISTENs on the table's channel. A
 -- statement-level trigger notifies once per statement, and Postgres folds a transaction's
 -- identical notifications into one, delivered at COMMIT. pg_notify needs no privilege: any role
 -- that may insert still may.
