@@ -242,7 +242,7 @@ describe('G5: how far past the deadline a failure runs (OUTBOX_SAFETY_MARGIN_MS\
     const f = await fixture(sql, 'tx_overrun');
     const appName = `relay-${f.table}`;
     const rt = new Runtime(
-      loadConfig({ ...f.env, OUTBOX_IDLE: 'linger', OUTBOX_WAKE: 'notify', OUTBOX_CLIENT_ID: appName, OUTBOX_LOG_LEVEL: 'error' }),
+      loadConfig({ ...f.env, OUTBOX_IDLE: 'linger', OUTBOX_CLIENT_ID: appName, OUTBOX_LOG_LEVEL: 'error' }),
       createLogger('error', {}, () => undefined),
     );
     const remainingMs = 6_000;
