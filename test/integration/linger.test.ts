@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Sql } from 'postgres';
+import { MIN_SAFETY_MARGIN_MS } from '../../src/budget.ts';
 import { loadConfig } from '../../src/config.ts';
 import { enqueue } from '../../src/enqueue.ts';
 import { createLogger } from '../../src/log.ts';
@@ -193,7 +194,7 @@ describe('linger mode', () => {
 
   it('polling while an application holds an aggregate\'s first row: no claim or wake-up again and again without a new row; it lingers until only a batch\'s reserve is left', async () => {
     const f = await fixture(sql, 'linger_held');
-    // budget 1.5 s (2.5 s less the fixture's 1 s margin), below RECLAIM_MS: no periodic claim either
+    // budget 2.5 s less the fixture's margin (MIN_SAFETY_MARGIN_MS), below RECLAIM_MS: no periodic claim either
     const rt = runtime(f, { DATABASE_PREPARE: 'false', OUTBOX_POLL_MS: '20' });
     await produce(f, 1, 0);
     await produce(f, 1, 0);
@@ -209,8 +210,9 @@ describe('linger mode', () => {
       assert.deepEqual(summary.wakeups, { notified: 0, probe: 0, reclaim: 0 }, 'no row came: nothing woke the wait');
       // the claim that took the second row (held back) and the claim without its aggregate
       assert.ok(summary.claims <= 3, `${summary.claims} claims`);
-      // it waited until the smallest batch reserve (2 x 50 ms + 500 ms) was left of its 1.5 s
-      assert.ok(tookMs >= 1_500 - 600 - 30, `returned after ${tookMs} ms: it did not linger`);
+      // it waited until the smallest batch reserve (2 x 50 ms + 500 ms) was left of its budget
+      const budgetMs = 2_500 - MIN_SAFETY_MARGIN_MS;
+      assert.ok(tookMs >= budgetMs - 600 - 30, `returned after ${tookMs} ms of a ${budgetMs} ms budget: it did not linger`);
     } finally {
       await holder`ROLLBACK`.catch(() => undefined);
       holder.release();

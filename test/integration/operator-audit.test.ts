@@ -14,8 +14,6 @@ import { hostname, userInfo } from 'node:os';
 import { GetCallerIdentityCommand, STSClient } from '@aws-sdk/client-sts';
 import { after, before, describe, it } from 'node:test';
 import type { Sql } from 'postgres';
-import { parseTableName } from '../../src/outbox/identifier.ts';
-import { dropOutbox, loadMigrations, migrate } from '../../src/outbox/migrate.ts';
 import { AWS_ENDPOINT_URL, consumeAll, db, fixture, idsOf, insertEvents, invokeOk as invoke, outboxTableOf as t, runCli, sentTableOf } from './helpers.ts';
 
 let sql: Sql;
@@ -215,27 +213,5 @@ describe('who ran the command, beside the database role (an operator using the r
     assert.match(res.stderr, /AWS credentials are set, but who they belong to could not be read \(STS GetCallerIdentity: .*\): fix the credentials, or name the operator with --operator NAME/);
     const a = await audit(f.table, id!);
     assert.deepEqual([a.skipped_at, a.parked], [null, true]);
-  });
-});
-
-describe('a table without the audit columns', () => {
-  it('parked skip fails saying to run `outbox-relay migrate`, changing nothing; after it, the skip goes through', async () => {
-    const f = await fixture(sql, 'noaudit');
-    const table = parseTableName(f.table);
-    await dropOutbox(sql, table);
-    await migrate(sql, table, loadMigrations().filter((m) => m.version < 2));
-    const [id] = await insertEvents(sql, f.table, [{ aggregateid: 'A' }]);
-    await park(f.table, [id!]);
-
-    const refused = await runCli(['parked', 'skip', id!, '--reason', 'obsolete'], f.env);
-    assert.equal(refused.code, 1, refused.stderr);
-    assert.match(refused.stderr, /^outbox-relay: DatabaseError: a column the relay needs does not exist \(column "skipped_by" does not exist\): the outbox table lacks a migration; run `outbox-relay migrate`/m);
-    const [row] = await sql.unsafe<Array<{ skipped: boolean }>>(`SELECT skipped_at IS NOT NULL AS skipped FROM ${t(f.table)} WHERE id = $1`, [id!]);
-    assert.equal(row?.skipped, false);
-
-    assert.equal((await runCli(['migrate'], f.env)).code, 0);
-    const skipped = await runCli(['parked', 'skip', id!, '--reason', 'obsolete'], f.env);
-    assert.equal(skipped.code, 0, skipped.stderr);
-    assert.equal((await audit(f.table, id!)).skipped_reason, 'obsolete');
   });
 });
