@@ -1,0 +1,117 @@
+// The Config the rest of the relay reads: its shape and the choices it names. How the environment
+// becomes one (defaults, checks, messages) is src/config.ts.
+import type { Metadata, ParkedPolicy, RowRules, TableName } from '../domain.ts';
+import type { LogLevel } from '../log.ts';
+import type { DatabaseSsl } from '../transport.ts';
+
+export const KAFKA_CLIENTS = ['kafkajs', 'platformatic'] as const;
+export type KafkaClientName = (typeof KAFKA_CLIENTS)[number];
+
+export const KAFKA_AUTHS = ['none', 'sasl', 'iam'] as const;
+export type KafkaAuth = (typeof KAFKA_AUTHS)[number];
+
+export interface Config {
+  database: {
+    /** either a URL given directly or a Secrets Manager secret id to resolve it from */
+    url?: string;
+    secretId?: string;
+    /** password: the URL's or the secret's; iam: an RDS IAM auth token per connection (src/rds-iam.ts) */
+    auth: 'password' | 'iam';
+    /** false for RDS Proxy / PgBouncer in transaction mode */
+    prepare: boolean;
+    connectTimeoutMs: number;
+    applicationName: string;
+    /**
+     * DATABASE_SSL; undefined = the URL's sslmode if it has one, else verify-full except to this
+     * machine (transport.ts, databaseTls)
+     */
+    ssl?: DatabaseSsl;
+  };
+  kafka: {
+    /** the client library that publishes (src/kafka/kafkajs.ts, src/kafka/platformatic.ts) */
+    client: KafkaClientName;
+    brokers: string[];
+    /**
+     * KAFKA_AUTH: none; sasl, with the credentials of the secret KAFKA_SECRET_ID; iam, Amazon MSK IAM
+     * tokens (src/kafka/msk-iam.ts)
+     */
+    auth: KafkaAuth;
+    secretId?: string;
+    /** AWS_REGION: the region MSK IAM tokens are signed for (required with auth iam) */
+    region?: string;
+    /**
+     * KAFKA_SSL; unset: on when the relay logs in (SASL or IAM) to brokers off this machine
+     * (transport.ts, kafkaTlsDefault)
+     */
+    ssl: boolean;
+    sslRejectUnauthorized: boolean;
+    clientId: string;
+    compression: 'none' | 'gzip';
+  };
+  outbox: {
+    table: TableName;
+    batchSize: number;
+    safetyMarginMs: number;
+    maxAttempts: number;
+    backoffBaseMs: number;
+    backoffMaxMs: number;
+    topicTemplate: string;
+    /** what a row may choose: the topic prefix, its extra headers' names, count and size (src/loop/row-rules.ts) */
+    rowRules: RowRules;
+    /** what the relay adds to each message for consumers (OUTBOX_METADATA, OUTBOX_CLOUDEVENTS_SOURCE) */
+    metadata: Metadata;
+    parkedPolicy: ParkedPolicy;
+    /** upper bound for one encoded message; undefined = ask the broker */
+    maxMessageBytes?: number;
+    /** the most payload and headers bytes one claim takes (its first row whatever its size): OUTBOX_MAX_BATCH_BYTES */
+    maxBatchBytes: number;
+    /** keep: move acked rows to the sent table and prune them after retainSentMs; delete: delete them when acked */
+    sentRows: 'keep' | 'delete';
+    /** delete sent rows older than this many ms, alongside the loop; 0 = never */
+    retainSentMs: number;
+    /** delete rows an operator skipped longer ago than this many ms (their audit record goes with them); 0 = never */
+    retainSkippedMs: number;
+    /**
+     * when nothing is left to send: exit, or linger until the budget is spent, waking on new rows
+     * (src/loop/idle.ts)
+     */
+    idle: 'exit' | 'linger';
+    /**
+     * how a lingering invocation learns of new rows: LISTEN/NOTIFY (a direct connection) or a probe
+     * every pollMs (a pooler in between: DATABASE_PREPARE=false here, or found by the Runtime at connect)
+     */
+    wake: 'notify' | 'poll';
+    /** the probe's period when wake = poll */
+    pollMs: number;
+  };
+  /** OUTBOX_ALLOW_PLAINTEXT_LOGIN: a password or token may go unencrypted to another machine (transport.ts) */
+  allowPlaintextLogin: boolean;
+  /** OUTBOX_LOG_LEVEL, else POWERTOOLS_LOG_LEVEL, else LOG_LEVEL, else info */
+  logLevel: LogLevel;
+  /** Powertools logger and metrics (src/log.ts, src/metrics.ts) */
+  telemetry: {
+    /** the `service` of every log line and metric dimension (POWERTOOLS_SERVICE_NAME) */
+    serviceName: string;
+    /** the `stage` metric dimension and log field (serverless.yml sets the deployment stage) */
+    stage: string;
+    /** CloudWatch namespace of the metrics */
+    metricsNamespace: string;
+    /**
+     * where the EMF metrics record goes: stdout (what Lambda reads; the default inside Lambda),
+     * stderr (the default elsewhere: the CLI keeps stdout for its summary) or off
+     */
+    metrics: 'stdout' | 'stderr' | 'off';
+    /** X-Ray tracing with Powertools Tracer (src/tracing.ts): OUTBOX_TRACING, off by default */
+    tracing: boolean;
+  };
+  /**
+   * test-only fault injection: pause this long after the broker acked a batch, before its marks
+   * commit; 0 in a build (src/test-hooks.ts)
+   */
+  testPauseAfterPublishMs: number;
+  /**
+   * AWS credentials are named in the environment (keys, a profile, a web identity, container
+   * credentials): the operator commands record the AWS caller identity (src/cli/operator.ts)
+   */
+  awsCredentials: boolean;
+}
