@@ -5,7 +5,8 @@ import type { ParkedPolicy } from '../domain.ts';
 import type { PruneTarget } from '../loop/ports.ts';
 import { blockedAggregates, blockingRows } from './claim.ts';
 
-// the claim and the statements that serve it (src/outbox/claim.ts)
+// the claim and the statements that serve it (src/outbox/claim.ts); the schema check, which asks
+// the catalogs rather than the outbox, is beside the code that reads its row (schema-check.ts)
 export { claimStatement, heldGapsSql, payloadsSql, type ClaimBytes, type Statement } from './claim.ts';
 
 /**
@@ -60,88 +61,6 @@ WITH moved AS (
 INSERT INTO ${sent} (id, aggregatetype, aggregateid, type, payload, topic, headers, seq, created_at, sent_at, attempts, retried_at, retried_by, retried_reason, retried_operator)
 SELECT id, aggregatetype, aggregateid, type, payload, topic, headers, seq, created_at, now(), attempts, retried_at, retried_by, retried_reason, retried_operator
 FROM moved`;
-}
-
-/**
- * The columns the relay's own statements use, by privilege: a role granted columns rather than
- * tables needs exactly these (schemaCheckSql). SELECT: what claims, marks, the order guard and the
- * move read; UPDATE: what recordFailuresSql and the waiting marks write; INSERT: what moveSentSql
- * writes into the sent table.
- */
-export const RELAY_COLUMNS = {
-  outboxSelect: ['id', 'aggregatetype', 'aggregateid', 'type', 'payload', 'topic', 'headers', 'seq', 'created_at', 'sent_at', 'attempts', 'next_attempt_at', 'parked_at', 'skipped_at', 'waiting', 'retried_at', 'retried_by', 'retried_reason', 'retried_operator', 'payload_bytes', 'headers_bytes'],
-  outboxUpdate: ['attempts', 'last_error', 'next_attempt_at', 'parked_at', 'waiting'],
-  sentInsert: ['id', 'aggregatetype', 'aggregateid', 'type', 'payload', 'topic', 'headers', 'seq', 'created_at', 'sent_at', 'attempts', 'retried_at', 'retried_by', 'retried_reason', 'retried_operator'],
-} as const;
-
-/**
- * What the relay needs of the database, in one round trip (OutboxStore.checkTables; read by
- * src/outbox/schema-check.ts): the outbox $1 and its sent table $2 (quoted names), whether they
- * exist and what this role may do with them, and the migrations `migrate` recorded for the outbox.
- * Nothing in it fails for a missing or forbidden object, it answers NULL instead:
- * - to_regclass answers NULL for a missing table, but fails for a schema the role may not use:
- *   asked only once USAGE on the outbox's schema is known (an unqualified name goes through the
- *   search_path, which skips such schemas by itself);
- * - privileges: has_any_column_privilege (a grant on the table, or on some of its columns), and
- *   then, for a role granted columns, the columns the relay uses that it lacks (RELAY_COLUMNS;
- *   columns a missing migration would add are the migration's problem); NULL for a missing table;
- * - the migrations table can only be named in the statement if it exists and may be read, which
- *   is known only as this statement runs: query_to_xml runs its SELECT, only in that case (CASE),
- *   and its XML is read with a regular expression (xpath needs a server built with libxml).
- * `target` is the outbox's name as migrate() records it (displayName: the identifiers, unquoted).
- */
-export function schemaCheckSql(): string {
-  const lacking = (rel: string, columns: readonly string[], privilege: string) => `
-       CASE WHEN ${rel} IS NOT NULL THEN to_json(ARRAY(
-         SELECT a.attname::text FROM pg_attribute a
-         WHERE a.attrelid = ${rel} AND a.attnum > 0 AND NOT a.attisdropped
-           AND a.attname = ANY (ARRAY[${columns.map((c) => `'${c}'`).join(', ')}]::name[])
-           AND NOT has_column_privilege(${rel}, a.attnum, '${privilege}')
-         ORDER BY a.attnum)) END`;
-  return `
-WITH name AS (
-  SELECT CASE WHEN cardinality(parse_ident($1)) = 2 THEN (parse_ident($1))[1] END AS schema,
-         array_to_string(parse_ident($1), '.') AS target
-),
-usable AS (
-  SELECT n.schema, n.target,
-         CASE WHEN n.schema IS NULL THEN true
-              ELSE has_schema_privilege((SELECT oid FROM pg_namespace WHERE nspname = n.schema), 'USAGE') END AS schema_usage
-  FROM name n
-),
--- materialized: inlined, the column checks' lookup by r.outbox ran to_regclass where USAGE is lacking
-rel AS MATERIALIZED (
-  SELECT u.*,
-         CASE WHEN u.schema_usage THEN to_regclass($1) END AS outbox,
-         CASE WHEN u.schema_usage THEN to_regclass($2) END AS sent,
-         to_regclass('outbox_relay_migrations') AS migrations
-  FROM usable u
-)
-SELECT current_user AS role, quote_ident(current_user) AS role_ident,
-       quote_ident(r.schema) AS schema_ident, r.schema_usage,
-       r.outbox IS NOT NULL AS outbox_present,
-       has_any_column_privilege(r.outbox, 'SELECT') AS outbox_select,
-       has_any_column_privilege(r.outbox, 'UPDATE') AS outbox_update,
-       has_table_privilege(r.outbox, 'DELETE') AS outbox_delete,
-       r.sent IS NOT NULL AS sent_present,
-       has_any_column_privilege(r.sent, 'INSERT') AS sent_insert,
-       has_any_column_privilege(r.sent, 'SELECT') AS sent_select,
-       has_table_privilege(r.sent, 'DELETE') AS sent_delete,
-       -- json: the relay's client parses no array type (src/outbox/client.ts)${lacking('r.outbox', RELAY_COLUMNS.outboxSelect, 'SELECT')} AS outbox_select_lacking,${lacking('r.outbox', RELAY_COLUMNS.outboxUpdate, 'UPDATE')} AS outbox_update_lacking,${lacking('r.sent', RELAY_COLUMNS.sentInsert, 'INSERT')} AS sent_insert_lacking,
-       -- the columns a CHECK constraint names (the size bound of every column but the payload)
-       CASE WHEN r.outbox IS NOT NULL THEN to_json(ARRAY(
-         SELECT DISTINCT a.attname::text FROM pg_constraint c
-         JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = ANY (c.conkey)
-         WHERE c.conrelid = r.outbox AND c.contype = 'c')) END AS checked_columns,
-       r.migrations::text AS migrations_table,
-       has_table_privilege(r.migrations, 'SELECT') AS migrations_readable,
-       -- json: the relay's client parses no array type (src/outbox/client.ts)
-       CASE WHEN has_table_privilege(r.migrations, 'SELECT') THEN to_json(ARRAY(
-         SELECT v[1]::int FROM regexp_matches(
-           query_to_xml(format('SELECT version FROM %s WHERE target = %L ORDER BY version', r.migrations, r.target), false, false, '')::text,
-           '<version>(\\d+)</version>', 'g') AS v
-       )) END AS versions
-FROM rel r`;
 }
 
 /**

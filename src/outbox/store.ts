@@ -16,7 +16,7 @@ import { BatchTx, type BatchStatements } from './batch-tx.ts';
 import { Connections } from './connections.ts';
 import { notifyChannel, qualified, sentTable, type TableName } from './identifier.ts';
 import { watchInserts } from './listen.ts';
-import { assertSchema, type SchemaFacts } from './schema-check.ts';
+import { assertSchema, schemaCheckSql, type SchemaFacts } from './schema-check.ts';
 import { SideTransactions, type SideStatements } from './side-tx.ts';
 import * as q from './sql.ts';
 import { txSettings } from './tx-settings.ts';
@@ -153,7 +153,7 @@ export class OutboxStore implements Store, BatchStatements, SideStatements {
     const [facts] = await this.client.bounded(
       deadline,
       what,
-      this.sql.unsafe<SchemaFacts[]>(q.schemaCheckSql(), [this.table, this.sentTable]),
+      this.sql.unsafe<SchemaFacts[]>(schemaCheckSql(), [this.table, this.sentTable]),
     );
     assertSchema(facts, { table: this.table, sentTable: this.sentTable, sentRows: this.sentRows });
     this.tablesChecked = true;
