@@ -62,7 +62,9 @@ export class Connections {
 
   /** One of the client's connections closed under us: no transaction writes more, waits for one end now. */
   loseConnection(): void {
-    this.connectionLost = true;
+    // after our own abandon (a missed deadline, an unanswered rollback) a close is the end we asked
+    // for: the first cause stays the one the invocation reports
+    if (!this.poisoned) this.connectionLost = true;
     this.abandon();
     const closed = connectionClosed('a connection of the database client closed while this waited for a free one');
     for (const fail of this.reserveWaits) fail(closed);
