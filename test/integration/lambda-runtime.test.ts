@@ -8,10 +8,11 @@
 // function killed at its timeout. One test needs the crash-window pause, which every build
 // leaves out (src/test-hooks.ts): it runs the same bundle built with the test hooks on
 // (scripts/build.mjs --test-hooks), and another shows that the deployed zip cannot be paused.
-// And the zip's code splitting: a cold start loads only the configured Kafka client's chunks.
+// And the zip's code splitting: a cold start loads only the configured Kafka client's chunks, and
+// the X-Ray tracer's only with OUTBOX_TRACING=true.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -73,6 +74,46 @@ async function emulator(f: Fixture, timeoutSeconds: number, env: Record<string, 
   return e;
 }
 
+/** The packages of the X-Ray tracer, which src/handler.ts imports only with OUTBOX_TRACING=true. */
+const TRACER = ['@aws-lambda-powertools/tracer', 'aws-xray-sdk-core'];
+
+/**
+ * The environment that has the runtime process record every module it loads into `loads`, by a
+ * load hook preloaded into it (node:module registerHooks).
+ */
+function recordingLoads(loads: string): Record<string, string> {
+  const recorder = join(taskRoot, '..', `${basename(taskRoot)}-record-loads.mjs`);
+  writeFileSync(
+    recorder,
+    "import { appendFileSync } from 'node:fs';\nimport { registerHooks } from 'node:module';\nregisterHooks({ load(url, context, next) { appendFileSync(process.env.RECORD_LOADS_TO, url + '\\n'); return next(url, context); } });\n",
+  );
+  recorders.push(recorder, loads);
+  return { NODE_OPTIONS: `--enable-source-maps --import ${pathToFileURL(recorder).href}`, RECORD_LOADS_TO: loads };
+}
+
+/**
+ * The files of the zip the runtime loaded so far, and the packages their source maps name. By
+ * real path: the runtime records them so, and .cache may be a symlink (a git worktree's).
+ */
+function loadedFrom(loads: string): { files: string[]; packages: Set<string> } {
+  const root = realpathSync(taskRoot);
+  const files = readFileSync(loads, 'utf8')
+    .split('\n')
+    .filter((u) => u.startsWith('file:'))
+    .map((u) => realpathSync(fileURLToPath(u)))
+    .filter((file) => file.startsWith(`${root}/`))
+    .map((file) => file.slice(root.length + 1));
+  const packages = new Set(
+    files.flatMap((file) =>
+      (JSON.parse(readFileSync(join(root, `${file}.map`), 'utf8')) as { sources: string[] }).sources.flatMap((src) => {
+        const m = /node_modules\/((?:@[^/]+\/)?[^/]+)\/(?!.*node_modules\/)/.exec(src);
+        return m ? [m[1]!] : [];
+      }),
+    ),
+  );
+  return { files, packages };
+}
+
 /** Waits until `n` rows are marked sent while the invocation runs; says what happened if it ended first. */
 async function untilSent(table: string, n: number, invocation: Promise<Invocation>, e: Emulator): Promise<void> {
   let ended: Invocation | undefined;
@@ -126,36 +167,12 @@ describe('the packaged zip under the Lambda Runtime Interface Emulator', () => {
   });
 
   it("only the configured Kafka client is loaded: a cold start with kafkajs loads no code of @platformatic/kafka, and one with platformatic none of kafkajs; the first invocation loads the configured one even with nothing to publish (while the database connects), and each relays its rows from the zip", async () => {
-    // every module the runtime process loads, by a load hook preloaded into it (node:module registerHooks)
-    const recorder = join(taskRoot, '..', `${basename(taskRoot)}-record-loads.mjs`);
-    writeFileSync(
-      recorder,
-      "import { appendFileSync } from 'node:fs';\nimport { registerHooks } from 'node:module';\nregisterHooks({ load(url, context, next) { appendFileSync(process.env.RECORD_LOADS_TO, url + '\\n'); return next(url, context); } });\n",
-    );
-    recorders.push(recorder);
     const library = { kafkajs: 'kafkajs', platformatic: '@platformatic/kafka' } as const;
-    /** the files of the zip the runtime loaded so far, and the packages their source maps name */
-    const loadedFrom = (loads: string): { files: string[]; packages: Set<string> } => {
-      const files = readFileSync(loads, 'utf8')
-        .split('\n')
-        .filter((u) => u.startsWith(pathToFileURL(taskRoot).href + '/'))
-        .map((u) => fileURLToPath(u).slice(taskRoot.length + 1));
-      const packages = new Set(
-        files.flatMap((file) =>
-          (JSON.parse(readFileSync(join(taskRoot, `${file}.map`), 'utf8')) as { sources: string[] }).sources.flatMap((src) => {
-            const m = /node_modules\/((?:@[^/]+\/)?[^/]+)\/(?!.*node_modules\/)/.exec(src);
-            return m ? [m[1]!] : [];
-          }),
-        ),
-      );
-      return { files, packages };
-    };
     for (const client of ['kafkajs', 'platformatic'] as const) {
       const other = client === 'kafkajs' ? 'platformatic' : 'kafkajs';
       const f = await fixture(sql, `rieclient_${client}`);
-      const loads = `${recorder}.${client}.txt`;
-      recorders.push(loads);
-      const e = await emulator(f, 30, { OUTBOX_KAFKA_CLIENT: client, NODE_OPTIONS: `--enable-source-maps --import ${pathToFileURL(recorder).href}`, RECORD_LOADS_TO: loads });
+      const loads = `${taskRoot}-loads.${client}.txt`;
+      const e = await emulator(f, 30, { OUTBOX_KAFKA_CLIENT: client, ...recordingLoads(loads) });
 
       // a cold start with nothing to publish: no producer connects, yet the client loads (it was
       // started with the invocation; it may finish just after the answer)
@@ -173,8 +190,24 @@ describe('the packaged zip under the Lambda Runtime Interface Emulator', () => {
       const { files, packages } = loadedFrom(loads);
       assert.ok(files.includes('handler.mjs'), `the handler was loaded: ${files.join(', ')}`);
       assert.ok(!packages.has(library[other]), `${client}: no code of ${library[other]} was loaded; loaded: ${files.join(', ')}`);
+      // tracing is off by default: none of the tracer's code either
+      assert.ok(!TRACER.some((p) => packages.has(p)) && !files.some((file) => file.startsWith('chunks/tracing-')), `${client}: no tracer code without OUTBOX_TRACING; loaded: ${files.join(', ')}`);
       await e.stop();
     }
+  });
+
+  it('X-Ray tracing is loaded only when it is on: a cold start with OUTBOX_TRACING=true loads the tracing chunk, Powertools Tracer and the X-Ray SDK, and relays its rows (no X-Ray daemon here)', async () => {
+    const f = await fixture(sql, 'rietracing');
+    const loads = `${taskRoot}-loads.tracing.txt`;
+    const e = await emulator(f, 30, { OUTBOX_TRACING: 'true', ...recordingLoads(loads) });
+    await insertEvents(sql, f.table, Array.from({ length: 20 }, (_, i) => ({ aggregateid: `a-${i % 5}`, payload: { i } })));
+    const summary = await e.invokeOk();
+    assert.equal(summary.published, 20, JSON.stringify(summary));
+    assert.equal((await consumeAll([f.topic('order')], 20, 30_000)).length, 20);
+    const { files, packages } = loadedFrom(loads);
+    assert.ok(files.some((file) => file.startsWith('chunks/tracing-')), `the tracing chunk was loaded: ${files.join(', ')}`);
+    for (const p of TRACER) assert.ok(packages.has(p), `${p} was loaded; loaded packages: ${[...packages].join(', ')}`);
+    await e.stop();
   });
 
   it('G1/G2: killed at the function timeout between a batch\'s ack and its COMMIT ("Task timed out", a failure): the next invocation re-sends exactly that batch and delivers the rest', async () => {

@@ -3,7 +3,9 @@
 // (private-broker.ts; the shared one is never touched) with a SASL/OAUTHBEARER listener whose
 // server-side validator, scripts/services/MskIamValidator.java, recomputes each token's SigV4
 // signature with the local AWS emulator's key (test/test) and refuses a token signed with another
-// key, for an unknown key, or expired. The relay signs with aws-msk-iam-sasl-signer-js and the
+// key, for an unknown key, or expired. The listener is SASL_SSL as MSK's is: every client here
+// connects over TLS, checking the certificate against the services' CA (.cache/tls/ca.pem) and the
+// host name. The relay signs with aws-msk-iam-sasl-signer-js and the
 // AWS SDK's default credentials, here the emulator's in the environment. Guarantees: G1 (what is
 // marked is on Kafka; a refused login marks nothing and charges no row) and G8 (a refused or
 // unsignable token fails the invocation saying what to check).
@@ -11,7 +13,9 @@
 // every topic of this file is on its private brokers.)
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
+import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
+import tls from 'node:tls';
 import kafkajs from 'kafkajs';
 import { generateAuthToken } from 'aws-msk-iam-sasl-signer-js';
 import type { Sql } from 'postgres';
@@ -19,7 +23,7 @@ import { loadConfig } from '../../src/config.ts';
 import type { MskIamTokens } from '../../src/kafka/msk-iam.ts';
 import { createLogger } from '../../src/log.ts';
 import { Runtime } from '../../src/runtime.ts';
-import { consumeAll, counts, db, fixture, idsOf, insertEvents, invokeOk, rowStates, runCli, useKafka, type Fixture } from './helpers.ts';
+import { consumeAll, counts, db, fixture, idsOf, insertEvents, invokeOk, rowStates, runCli, TLS_CA, useKafka, type Fixture } from './helpers.ts';
 import { startPrivateBroker, type PrivateBroker } from './private-broker.ts';
 
 /** the emulator's credentials, the ones MskIamValidator knows */
@@ -31,15 +35,21 @@ before(() => {
   sql = db();
   // this process signs too: the expired token's test, and the warm container's invocations
   Object.assign(process.env, AWS);
+  // and trusts the services' CA as the relays it starts do with NODE_EXTRA_CA_CERTS (read only
+  // when a process starts): for the warm container's relay, which runs in this process
+  tls.setDefaultCACertificates([...tls.getCACertificates('default'), readFileSync(TLS_CA, 'utf8')]);
 });
 after(async () => {
   await sql.end();
   process.env = savedEnv;
 });
 
-/** The relay's environment for the fixture, logging in to the broker's IAM listener. */
+/**
+ * The relay's environment for the fixture, logging in to the broker's IAM listener over TLS as in
+ * production (on loopback, KAFKA_SSL is off by default), trusting the services' CA.
+ */
 function iamEnv(f: Fixture, broker: PrivateBroker, aws: Record<string, string> = AWS): Record<string, string> {
-  return { ...f.env, KAFKA_BROKERS: broker.iamAddress!, KAFKA_AUTH: 'iam', ...aws };
+  return { ...f.env, KAFKA_BROKERS: broker.iamAddress!, KAFKA_AUTH: 'iam', KAFKA_SSL: 'true', NODE_EXTRA_CA_CERTS: TLS_CA, ...aws };
 }
 
 /** The reasons MskIamValidator gave for the tokens it refused since `from` (a length of its log). */
@@ -57,6 +67,38 @@ describe('MSK IAM: tokens the broker verifies (KAFKA_AUTH=iam)', () => {
   });
   after(async () => {
     await broker?.stop();
+  });
+
+  it('the IAM listener is TLS, as MSK\'s: its certificate checks out against the CA for 127.0.0.1, and a client speaking plaintext to it is never answered', async () => {
+    const [host, port] = [broker.iamAddress!.split(':')[0]!, Number(broker.iamAddress!.split(':')[1])];
+    const secure = tls.connect({ host, port, ca: readFileSync(TLS_CA) });
+    try {
+      await new Promise<void>((resolve, reject) => secure.once('secureConnect', resolve).once('error', reject));
+      assert.equal(secure.authorized, true, String(secure.authorizationError));
+    } finally {
+      secure.destroy();
+    }
+    // a Kafka ApiVersions request in the clear, as a client with KAFKA_SSL=false sends first: the
+    // listener takes it for a bad TLS record and closes the connection without a Kafka answer
+    const plain = net.connect(port, host);
+    const answer = await new Promise<Buffer>((resolve, reject) => {
+      const chunks: Buffer[] = [];
+      plain.on('data', (d: Buffer) => chunks.push(d));
+      plain.once('close', () => resolve(Buffer.concat(chunks)));
+      plain.once('error', reject);
+      const clientId = Buffer.from('plaintext');
+      const body = Buffer.alloc(10 + clientId.length);
+      body.writeInt16BE(18, 0); // ApiVersions
+      body.writeInt16BE(0, 2); // v0
+      body.writeInt32BE(1, 4); // correlation id
+      body.writeInt16BE(clientId.length, 8);
+      clientId.copy(body, 10);
+      const size = Buffer.alloc(4);
+      size.writeInt32BE(body.length);
+      plain.write(Buffer.concat([size, body]));
+    }).finally(() => plain.destroy());
+    // a Kafka answer starts with its size then correlation id 1; a TLS alert record starts with 0x15
+    assert.ok(answer.length < 8 || answer.readInt32BE(4) !== 1, `the listener answered a plaintext Kafka request: ${answer.toString('hex').slice(0, 80)}`);
   });
 
   it('G1: the relay publishes through the IAM listener with a signed token; every row marked is on Kafka', async () => {
@@ -134,6 +176,7 @@ describe('MSK IAM: tokens that expire (a listener that takes them for 15 seconds
     const from = logSize(broker);
     const client = new kafkajs.Kafka({
       brokers: [broker.iamAddress!],
+      ssl: true,
       logLevel: kafkajs.logLevel.NOTHING,
       retry: { retries: 0 },
       sasl: { mechanism: 'oauthbearer', oauthBearerProvider: () => Promise.resolve({ value: token }) },
@@ -151,7 +194,7 @@ describe('MSK IAM: tokens that expire (a listener that takes them for 15 seconds
     const refused = refusals(broker, from);
     assert.ok(refused.length > 0 && refused.every((r) => /^expired at .* lifetime 15\.0 s\)$/.test(r)), JSON.stringify(refused));
     // the same key, signed now: accepted
-    const fresh = new kafkajs.Kafka({ brokers: [broker.iamAddress!], logLevel: kafkajs.logLevel.NOTHING, retry: { retries: 0 }, sasl: { mechanism: 'oauthbearer', oauthBearerProvider: async () => ({ value: (await generateAuthToken({ region: 'us-east-1' })).token }) } }).admin();
+    const fresh = new kafkajs.Kafka({ brokers: [broker.iamAddress!], ssl: true, logLevel: kafkajs.logLevel.NOTHING, retry: { retries: 0 }, sasl: { mechanism: 'oauthbearer', oauthBearerProvider: async () => ({ value: (await generateAuthToken({ region: 'us-east-1' })).token }) } }).admin();
     await fresh.connect();
     await fresh.disconnect();
   });

@@ -11,7 +11,8 @@
 //   await broker.stop();
 //
 // With `mskIam`, the broker has a second listener, `iamAddress`, that logs clients in as Amazon
-// MSK's IAM listener does: SASL/OAUTHBEARER with a SigV4-signed token, checked by
+// MSK's IAM listener does: SASL/OAUTHBEARER with a SigV4-signed token over TLS (SASL_SSL, the
+// certificate of scripts/services/tls.sh: trust .cache/tls/ca.pem), checked by
 // scripts/services/MskIamValidator.java against the local AWS emulator's key (test/test).
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -20,7 +21,7 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import kafkajs from 'kafkajs';
-import { ROOT } from './helpers.ts';
+import { ROOT, TLS_DIR } from './helpers.ts';
 
 const LIBS = join(ROOT, '.cache', 'kafka', 'libs', '*');
 const PROBE = 'private-broker.ready';
@@ -28,7 +29,7 @@ const PROBE = 'private-broker.ready';
 export interface PrivateBroker {
   /** host:port for KAFKA_BROKERS */
   readonly address: string;
-  /** with `mskIam`: host:port of the SASL/OAUTHBEARER listener whose tokens MskIamValidator checks */
+  /** with `mskIam`: host:port of the SASL_SSL/OAUTHBEARER listener whose tokens MskIamValidator checks */
   readonly iamAddress: string | undefined;
   /** the broker's process, to kill or pause */
   readonly pid: number;
@@ -111,10 +112,13 @@ export async function startPrivateBroker(options: { mskIam?: MskIamListener } = 
       `advertised.listeners=PLAINTEXT://${address}${iam ? `,IAM://${iamAddress}` : ''}`,
       'inter.broker.listener.name=PLAINTEXT',
       'controller.listener.names=CONTROLLER',
-      `listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT${iam ? ',IAM:SASL_PLAINTEXT' : ''}`,
-      // MSK's IAM listener, on loopback without TLS (MSK's has TLS; the relay's TLS default spares loopback brokers)
+      `listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT${iam ? ',IAM:SASL_SSL' : ''}`,
+      // MSK's IAM listener, over TLS as MSK's is: the shared broker's certificate and PEM keystore
+      // (scripts/services/kafka.sh), no client certificates
       ...(iam
         ? [
+            'listener.name.iam.ssl.keystore.type=PEM',
+            `listener.name.iam.ssl.keystore.location=${join(TLS_DIR, 'kafka-keystore.pem')}`,
             'listener.name.iam.sasl.enabled.mechanisms=OAUTHBEARER',
             'listener.name.iam.oauthbearer.sasl.server.callback.handler.class=MskIamValidator',
             // the login module wants a login of the broker's own on every OAUTHBEARER listener, though it never uses it here
