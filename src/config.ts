@@ -3,6 +3,7 @@
 import { BUDGET, MIN_SAFETY_MARGIN_MS } from './budget.ts';
 import {
   DEFAULT_MAX_HEADER_BYTES,
+  MAX_HEADERS_JSON_BYTES,
   DEFAULT_MAX_HEADERS,
   LEGAL_TOPIC,
   METADATA_OPTIONS,
@@ -279,7 +280,8 @@ function rowRules(read: EnvReader, template: string): RowRules {
     topicPrefix,
     reservedHeadersAllowed,
     maxHeaders: read.int('OUTBOX_HEADERS_MAX_COUNT', DEFAULT_MAX_HEADERS, 0, 1_000),
-    maxHeaderBytes: read.int('OUTBOX_HEADERS_MAX_BYTES', DEFAULT_MAX_HEADER_BYTES, 0, 1_000_000),
+    // the table's size check refuses headers over 64 KiB of JSON at INSERT: more could never apply
+    maxHeaderBytes: read.int('OUTBOX_HEADERS_MAX_BYTES', DEFAULT_MAX_HEADER_BYTES, 0, MAX_HEADERS_JSON_BYTES),
   };
 }
 

@@ -90,6 +90,8 @@ export const RESERVED_HEADER_PREFIX = '__';
 export const DEFAULT_MAX_HEADERS = 32;
 /** room for W3C trace context with a full `baggage` (8,192 bytes by its spec) and a few more */
 export const DEFAULT_MAX_HEADER_BYTES = 16_384;
+/** the outbox's size check on `headers_bytes` (001_baseline.sql): the most JSON text a row's headers hold */
+export const MAX_HEADERS_JSON_BYTES = 65_536;
 
 /**
  * What the relay adds to each message for consumers (OUTBOX_METADATA; docs/configuration.md,

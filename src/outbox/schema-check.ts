@@ -146,7 +146,7 @@ const MIGRATE = '`outbox-relay migrate`';
  * variable column but the payload, which the claim's byte cut bounds. Without the check, one row
  * could take the relay past its memory (docs/schema.md, "Every column bounded").
  */
-export const SIZE_CHECKED_COLUMNS = ['aggregatetype', 'aggregateid', 'type', 'topic', 'headers_bytes'] as const;
+export const SIZE_CHECKED_COLUMNS = ['aggregatetype', 'aggregateid', 'type', 'topic', 'headers_bytes', 'tracingspancontext'] as const;
 
 /** Why the relay needs each privilege on the outbox, by mode (what its statements in sql.ts do). */
 function outboxNeeds(mode: CheckedMode): Array<[privilege: string, why: string]> {

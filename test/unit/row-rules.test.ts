@@ -124,9 +124,9 @@ describe('OUTBOX_TOPIC_PREFIX and the header settings (src/config.ts)', () => {
       OUTBOX_TOPIC_PREFIX: 'acme.',
       OUTBOX_HEADERS_ALLOW_RESERVED: ' __TypeId__, __KeyTypeId__ ,',
       OUTBOX_HEADERS_MAX_COUNT: '0',
-      OUTBOX_HEADERS_MAX_BYTES: '1000000',
+      OUTBOX_HEADERS_MAX_BYTES: '65536',
     }).outbox.rowRules;
-    assert.deepEqual(r, { topicPrefix: 'acme.', reservedHeadersAllowed: ['__TypeId__', '__KeyTypeId__'], maxHeaders: 0, maxHeaderBytes: 1_000_000, relayHeaders: ['id', 'type'] });
+    assert.deepEqual(r, { topicPrefix: 'acme.', reservedHeadersAllowed: ['__TypeId__', '__KeyTypeId__'], maxHeaders: 0, maxHeaderBytes: 65_536, relayHeaders: ['id', 'type'] });
   });
 
   it('G8: a template starting with a placeholder needs OUTBOX_TOPIC_PREFIX: the problem says why and what to set', () => {
@@ -162,6 +162,8 @@ describe('OUTBOX_TOPIC_PREFIX and the header settings (src/config.ts)', () => {
     ]);
     assert.match(problems({ OUTBOX_HEADERS_ALLOW_RESERVED: 'TypeId__,__x' }).join('\n'), /^OUTBOX_HEADERS_ALLOW_RESERVED entry "TypeId__" does not start with "__"[^\n]*$/, 'ending with "__" is not starting with it');
     assert.deepEqual(problems({ OUTBOX_HEADERS_MAX_COUNT: '1001' }), ['OUTBOX_HEADERS_MAX_COUNT=1001 is out of range; expected an integer between 0 and 1000 (default 32)']);
-    assert.deepEqual(problems({ OUTBOX_HEADERS_MAX_BYTES: 'lots' }), ['OUTBOX_HEADERS_MAX_BYTES="lots" is not a whole number; expected an integer between 0 and 1000000 (default 16384)']);
+    assert.deepEqual(problems({ OUTBOX_HEADERS_MAX_BYTES: 'lots' }), ['OUTBOX_HEADERS_MAX_BYTES="lots" is not a whole number; expected an integer between 0 and 65536 (default 16384)']);
+    // the table refuses headers over 64 KiB of JSON at INSERT: a higher setting could never apply
+    assert.deepEqual(problems({ OUTBOX_HEADERS_MAX_BYTES: '65537' }), ['OUTBOX_HEADERS_MAX_BYTES=65537 is out of range; expected an integer between 0 and 65536 (default 16384)']);
   });
 });
