@@ -12,7 +12,8 @@
 // events than were sent. Not a measurement. Every run prints the commit it measured and the date.
 // Opt-in, with --only (bench/retention.ts): `sustained` (retention keeping pace for --minutes at the
 // relay's full rate) and `burst` (empty-claim time after 200,000 rows were relayed and pruned);
-// (bench/marks.ts) `marks`: a row's whole life in Postgres per way of recording it sent.
+// (bench/marks.ts) `marks`: a row's whole life in Postgres per way of recording it sent;
+// (bench/scale.ts) `scale`: 1, 2, 4, 8 concurrent invocations on one backlog, and a model of the ceilings.
 import { writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 import { availableParallelism } from 'node:os';
@@ -33,6 +34,7 @@ import { CpuMeter, parentPid, type CpuSample } from './cpu.ts';
 import { DebeziumPeer, type PeerCpu } from './debezium/peer.ts';
 import { peerReport } from './debezium/report.ts';
 import { benchMarks } from './marks.ts';
+import { benchScale } from './scale.ts';
 import { benchBurst, benchSustained, SENT_ROWS_WAYS, type RetentionBenchContext, type SentRowsWay } from './retention.ts';
 import { UnguardedStore } from './stores.ts';
 import { addWaitingRows, WAITING_ROWS, type WaitingKind } from './waiting.ts';
@@ -70,6 +72,12 @@ const { values } = parseArgs({
     // costs 3-5x the CPU per event, and its JIT compiler (C2) still took 40-45% of Connect's CPU
     // in the 50,000 events after 10,000 or 150,000 warm-up events, 25% after 200,000-250,000
     'peer-warmup': { type: 'string', default: '250000' },
+    // --only scale: events per case, concurrent invocations, the hot case's aggregates and invocations
+    'scale-events': { type: 'string', default: '60000' },
+    'scale-aggregates': { type: 'string', default: '10000' },
+    'scale-invocations': { type: 'string', default: '1,2,4,8' },
+    'scale-hot': { type: 'string', default: '8' },
+    'scale-hot-invocations': { type: 'string', default: '1,4' },
     smoke: { type: 'boolean', default: false },
   },
 });
@@ -77,6 +85,7 @@ if (values.smoke) {
   Object.assign(values, { events: '3000', repeat: '1', aggregates: '100', 'peer-warmup': '0' });
   // the opt-in ones (--only sustained,burst,marks), in seconds too
   Object.assign(values, { minutes: '0.25', 'invoke-seconds': '5', 'retain-seconds': '3', 'baseline-seconds': '5', 'burst-events': '5000', claims: '5' });
+  Object.assign(values, { 'scale-events': '3000', 'scale-invocations': '1,2', 'scale-hot-invocations': '2', 'scale-aggregates': '100' });
 }
 
 /** The dotted paths of the figures in `record` that are not numbers (NaN, Infinity): a bench that measured nothing. */
@@ -117,8 +126,8 @@ async function createTable(name: string): Promise<string> {
   return table;
 }
 
-/** `events` rows: one statement per 10k rows; ~PAYLOAD-byte JSON payloads, AGGREGATES interleaved aggregates */
-async function fillTable(table: string, events = N): Promise<void> {
+/** `events` rows: one statement per 10k rows; ~PAYLOAD-byte JSON payloads, `aggregates` interleaved aggregates */
+async function fillTable(table: string, events = N, aggregates = AGGREGATES): Promise<void> {
   const t = qualified(parseTableName(table));
   for (let i = 0; i < events; i += 10_000) {
     const n = Math.min(10_000, events - i);
@@ -126,7 +135,7 @@ async function fillTable(table: string, events = N): Promise<void> {
       `INSERT INTO ${t} (aggregatetype, aggregateid, type, payload)
        SELECT 'bench', 'agg-' || ((g * 7919) % $2), 'Benchmarked', jsonb_build_object('n', g, 'pad', $3::text)
        FROM generate_series($1::int, $1::int + $4::int - 1) g ORDER BY g`,
-      [i, AGGREGATES, pad, n],
+      [i, aggregates, pad, n],
     );
   }
   await sql.unsafe(`VACUUM ANALYZE ${t}`);
@@ -443,6 +452,22 @@ async function main(): Promise<void> {
           },
           drop,
         }),
+    ],
+    [
+      'scale',
+      () =>
+        benchScale(
+          // --smoke: one client (the plain smoke run covers both), seconds
+          { sql, kafka, env, meter, clients: values.smoke ? CLIENTS.slice(0, 1) : CLIENTS, commit: values.smoke ? `${COMMIT} (smoke: not a measurement)` : COMMIT, createTable, fillTable, createTopic, drop, run: () => run },
+          {
+            events: Number(values['scale-events']),
+            concurrency: values['scale-invocations'].split(',').map(Number),
+            aggregates: Number(values['scale-aggregates']),
+            hot: Number(values['scale-hot']),
+            hotConcurrency: values['scale-hot-invocations'].split(',').map(Number),
+            repeat: REPEAT,
+          },
+        ),
     ],
   ];
   const known = [...phases, ...optIn, ...extras].map(([k]) => k).concat(values.peer ? ['debezium'] : []);

@@ -1,0 +1,300 @@
+// `npm run bench -- --only scale`: the relay with 1, 2, 4 and 8 concurrent invocations on the same
+// backlog (issue 28, docs/benchmarks/scale.md). Each invocation is a process of its own
+// (bench/scale-worker.ts) running invocations back to back until the backlog is drained; they
+// share the work through the table's locks only, as Lambda's concurrent invocations do. Per case:
+// events/s, and the CPU per event of each party (the relay processes summed, every Postgres
+// process, the broker), for each Kafka client; the 4-invocation case again on a few hot
+// aggregates, where the order guard lets one invocation at a time have an aggregate. Rounds are
+// interleaved (every case once per round), medians printed, then the model of bench/scale-model.ts.
+// Every event is read back from the topic: exactly once by id, in order per aggregate, or it fails.
+import { fork, type ChildProcess } from 'node:child_process';
+import type kafkajs from 'kafkajs';
+import type { Sql } from 'postgres';
+import type { KafkaClientName } from '../src/config.ts';
+import { parseTableName, qualified } from '../src/outbox/identifier.ts';
+import { CpuMeter, processCpu } from './cpu.ts';
+import { ceilings, eventsPerSec, medianSample, perEvent, type Ceilings, type Sample } from './scale-model.ts';
+import type { ScaleWorkerReport, ScaleWorkerRequest, WorkerTotals } from './scale-worker.ts';
+
+export interface ScaleContext {
+  sql: Sql;
+  kafka: kafkajs.Kafka;
+  /** base environment for loadConfig (database, brokers, batch size, log level) */
+  env: Record<string, string>;
+  meter: CpuMeter;
+  clients: KafkaClientName[];
+  /** the commit measured (bench/commit.ts) */
+  commit: string;
+  /** a migrated, empty outbox table named after `name` and the bench's run */
+  createTable(name: string): Promise<string>;
+  fillTable(table: string, events: number, aggregates: number): Promise<void>;
+  createTopic(topic: string): Promise<void>;
+  drop(table: string): Promise<void>;
+  /** the bench's run id, for topic names */
+  run(): string;
+}
+
+export interface ScaleOptions {
+  events: number;
+  /** concurrent invocations per case, e.g. 1,2,4,8 */
+  concurrency: number[];
+  aggregates: number;
+  /** the hot cases: this many aggregates, with each of `hotConcurrency` invocations */
+  hot: number;
+  hotConcurrency: number[];
+  repeat: number;
+}
+
+interface Case {
+  client: KafkaClientName;
+  invocations: number;
+  aggregates: number;
+}
+
+/** no invocation published anything for this long: the relays are stuck, fail rather than wait */
+const STALL_MS = 60_000;
+
+class Worker {
+  readonly child: ChildProcess;
+  private listener: ((m: ScaleWorkerReport) => void) | undefined;
+  private readonly exited: Promise<void>;
+
+  constructor() {
+    this.child = fork(new URL('./scale-worker.ts', import.meta.url), {
+      execArgv: ['--disable-warning=TimeoutNegativeWarning', '--import', 'tsx'],
+      stdio: 'inherit',
+    });
+    this.exited = new Promise((r) => this.child.once('exit', () => r()));
+  }
+
+  onReport(listener: (m: ScaleWorkerReport) => void): void {
+    this.listener = listener;
+    this.child.removeAllListeners('message');
+    this.child.on('message', (m: ScaleWorkerReport) => this.listener?.(m));
+  }
+
+  send(req: ScaleWorkerRequest): void {
+    this.child.send(req);
+  }
+
+  cpu(): number {
+    return processCpu(this.child.pid!);
+  }
+
+  async close(): Promise<void> {
+    if (this.child.exitCode === null) this.send({ close: true });
+    await this.exited;
+  }
+}
+
+/** Starts `n` workers, each warm on `table`'s (still empty) outbox and the topic. */
+async function startWorkers(n: number, env: Record<string, string>, topic: string): Promise<Worker[]> {
+  const workers = Array.from({ length: n }, () => new Worker());
+  await Promise.all(
+    workers.map(
+      (w) =>
+        new Promise<void>((resolve, reject) => {
+          const exit = (code: number | null) => reject(new Error(`scale worker exited with ${code} before it was ready`));
+          w.child.once('exit', exit);
+          w.onReport((m) => {
+            if ('ready' in m) resolve();
+            else if ('error' in m) reject(new Error(`scale worker: ${m.error}`));
+            else return;
+            w.child.off('exit', exit);
+          });
+          w.send({ setup: env, topic });
+        }),
+    ),
+  );
+  return workers;
+}
+
+/** Lets the workers relay until `events` rows were published, then stops them: invocations and empty ones. */
+async function drain(workers: Worker[], events: number): Promise<WorkerTotals & { published: number }> {
+  let published = 0;
+  let last = Date.now();
+  const totals: WorkerTotals = { invocations: 0, empty: 0, heldBack: 0, waitedMs: { claim: 0, publish: 0, commit: 0 } };
+  const exit = (code: number | null) => fail(new Error(`scale worker exited with ${code} while relaying`));
+  let fail: (err: Error) => void = () => undefined;
+  const drained = new Promise<void>((resolve, reject) => {
+    let done = 0;
+    let stopped = false;
+    const stall = setInterval(() => {
+      if (Date.now() - last > STALL_MS) reject(new Error(`scale: ${published} of ${events} events published, none for ${STALL_MS / 1000} s`));
+    }, 1_000);
+    const finish = (err?: Error) => {
+      clearInterval(stall);
+      if (err) reject(err);
+      else resolve();
+    };
+    fail = finish;
+    for (const w of workers) {
+      w.child.once('exit', exit);
+      w.onReport((m) => {
+        if ('error' in m) return finish(new Error(`scale worker: ${m.error}`));
+        if ('published' in m) {
+          published += m.published;
+          if (m.published > 0) last = Date.now();
+          if (published >= events && !stopped) {
+            stopped = true;
+            for (const x of workers) x.send({ stop: true });
+          }
+        } else if ('done' in m) {
+          totals.invocations += m.done.invocations;
+          totals.empty += m.done.empty;
+          totals.heldBack += m.done.heldBack;
+          for (const k of ['claim', 'publish', 'commit'] as const) totals.waitedMs[k] += m.done.waitedMs[k];
+          if (++done === workers.length) finish();
+        }
+      });
+      w.send({ go: true });
+    }
+  });
+  try {
+    await drained;
+  } finally {
+    for (const w of workers) w.child.off('exit', exit);
+  }
+  return { ...totals, published };
+}
+
+/**
+ * Reads the topic back: every row's id exactly once, each aggregate's events in the order of their
+ * rows (the payload's `n` grows with seq), `events` in all. Throws what it found otherwise.
+ */
+async function readBack(kafka: kafkajs.Kafka, topic: string, events: number): Promise<void> {
+  const ids = new Set<string>();
+  const lastN = new Map<string, number>();
+  const problems: string[] = [];
+  let count = 0;
+  const consumer = kafka.consumer({ groupId: `${topic}.check`, maxWaitTimeInMs: 50 });
+  await consumer.connect();
+  try {
+    await consumer.subscribe({ topics: [topic], fromBeginning: true });
+    let last = Date.now();
+    await consumer.run({
+      // eslint-disable-next-line @typescript-eslint/require-await -- kafkajs wants a promise-returning handler
+      eachMessage: async ({ message }) => {
+        count++;
+        last = Date.now();
+        const id = message.headers?.id?.toString() ?? '';
+        if (ids.has(id) && problems.length < 5) problems.push(`id ${id} twice`);
+        ids.add(id);
+        const key = message.key?.toString() ?? '';
+        const n = (JSON.parse(message.value!.toString()) as { n: number }).n;
+        if ((lastN.get(key) ?? -1) >= n && problems.length < 5) problems.push(`aggregate ${key}: event ${n} after ${lastN.get(key)}`);
+        lastN.set(key, n);
+      },
+    });
+    while (count < events && Date.now() - last < 20_000) await new Promise((r) => setTimeout(r, 50));
+    // a duplicate would arrive after the count is reached: give it a moment to show
+    await new Promise((r) => setTimeout(r, 200));
+  } finally {
+    await consumer.disconnect();
+  }
+  if (count !== events || ids.size !== events) problems.unshift(`${count} messages, ${ids.size} distinct ids read back for ${events} events`);
+  if (problems.length) throw new Error(`scale, topic ${topic}: ${problems.join('; ')}`);
+}
+
+async function measure(ctx: ScaleContext, c: Case, events: number, round: number): Promise<Sample> {
+  const name = `scale${c.client.slice(0, 2)}${c.invocations}a${c.aggregates}r${round}`;
+  const table = await ctx.createTable(name);
+  const topic = `bench.${ctx.run()}.${name}`;
+  await ctx.createTopic(topic);
+  const env = { ...ctx.env, OUTBOX_TABLE: table, OUTBOX_TOPIC_TEMPLATE: topic, OUTBOX_KAFKA_CLIENT: c.client, OUTBOX_METRICS: 'off' };
+  const workers = await startWorkers(c.invocations, env, topic);
+  try {
+    await ctx.fillTable(table, events, c.aggregates);
+    const relayCpu0 = workers.reduce((s, w) => s + w.cpu(), 0);
+    const cpu0 = ctx.meter.available ? ctx.meter.sample() : undefined;
+    const start = performance.now();
+    const { invocations, empty, heldBack, waitedMs, published } = await drain(workers, events);
+    const ms = performance.now() - start;
+    const cpu1 = cpu0 ? CpuMeter.diff(cpu0, ctx.meter.sample()) : undefined;
+    const relay = workers.reduce((s, w) => s + w.cpu(), 0) - relayCpu0;
+    // the count check of every bench: the relays published each event once, no more, no fewer
+    if (published !== events) throw new Error(`scale ${name}: the invocations published ${published} events of ${events}`);
+    const [left] = await ctx.sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${qualified(parseTableName(table))}`);
+    if (left!.n !== 0) throw new Error(`scale ${name}: ${left!.n} rows left in the outbox after the backlog was drained`);
+    await readBack(ctx.kafka, topic, events);
+    return { events, ms, invocations, empty, heldBack, waitedMs, invocationsAtOnce: c.invocations, ...(cpu1 ? { cpu: { relay, postgres: cpu1.postgres, broker: cpu1.broker } } : {}) };
+  } finally {
+    await Promise.all(workers.map((w) => w.close()));
+    await ctx.drop(table);
+  }
+}
+
+/** where the invocations' time went: claim, publish, commit, as shares of the wall time × invocations */
+function waitedShares(s: Sample): string {
+  const total = s.ms * (s.invocationsAtOnce ?? 1);
+  return (['claim', 'publish', 'commit'] as const).map((k) => `${k} ${(s.waitedMs![k] / total).toFixed(2)}`).join(', ');
+}
+
+const label = (c: Case) => `${c.client}, ${c.invocations} invocation${c.invocations > 1 ? 's' : ''}, ${c.aggregates} aggregates`;
+const msPer1k = (seconds: number) => Math.round(seconds * 1e6);
+
+export async function benchScale(ctx: ScaleContext, o: ScaleOptions): Promise<Record<string, unknown>> {
+  for (const n of [...o.concurrency, ...o.hotConcurrency, o.hot, o.aggregates, o.events]) {
+    if (!Number.isInteger(n) || n < 1) throw new Error(`--only scale: ${n} is not a positive whole number; check --scale-* options`);
+  }
+  const cases: Case[] = ctx.clients.flatMap((client) => [
+    ...o.concurrency.map((invocations) => ({ client, invocations, aggregates: o.aggregates })),
+    ...o.hotConcurrency.map((invocations) => ({ client, invocations, aggregates: o.hot })),
+  ]);
+  console.log(`bench: commit ${ctx.commit}, ${new Date().toISOString()}`);
+  process.stderr.write(
+    `scale: ${o.events} events per case, ${cases.length} cases (${o.concurrency.join(', ')} invocations on ${o.aggregates} aggregates, ` +
+      `${o.hotConcurrency.join(', ')} on ${o.hot} hot ones; clients ${ctx.clients.join(', ')}), ${o.repeat} rounds interleaved (medians)\n`,
+  );
+  const samples = new Map<Case, Sample[]>(cases.map((c) => [c, []]));
+  for (let round = 0; round < o.repeat; round++) {
+    for (const c of cases) {
+      const s = await measure(ctx, c, o.events, round);
+      samples.get(c)!.push(s);
+      const pe = perEvent(s);
+      const cpu = pe ? `  cpu ms/1k: relay ${msPer1k(pe.relay)} pg ${msPer1k(pe.postgres)} broker ${msPer1k(pe.broker)}` : '';
+      process.stderr.write(`  round ${round + 1}/${o.repeat} ${label(c)}: ${Math.round(eventsPerSec(s))} events/s${cpu}, ${s.invocations} invocations (${s.empty} empty), ${s.heldBack} rows held back\n` +
+          `      per invocation-second waited: ${waitedShares(s)}\n`);
+    }
+  }
+  return report(cases, samples, o);
+}
+
+function report(cases: Case[], samples: Map<Case, Sample[]>, o: ScaleOptions): Record<string, unknown> {
+  const medians = new Map(cases.map((c) => [c, medianSample(samples.get(c)!)]));
+  console.log(`\nscale: ${o.events} events per case, median of ${o.repeat} (range); cpu in ms per 1,000 events; cores = CPU seconds / wall seconds;\n` +
+    `inv(ocations) (empty: published nothing), held: rows claimed but held back behind another invocation's`);
+  console.log(`${'client'.padEnd(13)}${'inv'.padStart(4)}${'aggs'.padStart(6)}${'events/s'.padStart(10)}  ${'range'.padEnd(13)}${'x1'.padStart(5)}` +
+    `${'relay'.padStart(7)}${'pg'.padStart(5)}${'broker'.padStart(7)}${'total'.padStart(6)}${'cores'.padStart(6)}  inv (empty)    held`);
+  const rows = cases.map((c) => {
+    const m = medians.get(c)!;
+    const one = medians.get(cases.find((x) => x.client === c.client && x.invocations === 1 && x.aggregates === c.aggregates) ?? c)!;
+    const pe = perEvent(m);
+    const rate = eventsPerSec(m);
+    const speedup = rate / eventsPerSec(one);
+    const cpu = pe ? `${String(msPer1k(pe.relay)).padStart(7)}${String(msPer1k(pe.postgres)).padStart(5)}${String(msPer1k(pe.broker)).padStart(7)}` +
+      `${String(msPer1k(pe.relay + pe.postgres + pe.broker)).padStart(6)}${((m.cpu!.relay + m.cpu!.postgres + m.cpu!.broker) / (m.ms / 1000)).toFixed(2).padStart(6)}` : '';
+    console.log(`${c.client.padEnd(13)}${String(c.invocations).padStart(4)}${String(c.aggregates).padStart(6)}${String(Math.round(rate)).padStart(10)}  ` +
+      `${`${Math.round(m.min)}-${Math.round(m.max)}`.padEnd(13)}${speedup.toFixed(2).padStart(5)}${cpu}  ${`${m.invocations} (${m.empty})`.padEnd(12)}${String(m.heldBack).padStart(6)}`);
+    return { client: c.client, invocations: c.invocations, aggregates: c.aggregates, eventsPerSec: Math.round(rate), min: Math.round(m.min), max: Math.round(m.max),
+      speedup: Number(speedup.toFixed(2)), ...(pe ? { cpuMsPer1k: { relay: msPer1k(pe.relay), postgres: msPer1k(pe.postgres), broker: msPer1k(pe.broker) } } : {}),
+      invocationsRun: m.invocations, emptyInvocations: m.empty, heldBack: m.heldBack };
+  });
+  // the model from the least and the most concurrent case on many aggregates: the CPU per event
+  // of one invocation alone, and what scale-out paid on this machine (docs/benchmarks/scale.md)
+  const model: Record<string, Ceilings> = {};
+  console.log('\nmodel: 70% of the vCPUs; replication factor 3; Lambda 512 MB = 0.29 vCPU (docs/benchmarks/scale.md)');
+  for (const client of new Set(cases.map((c) => c.client))) {
+    const many = cases.filter((c) => c.client === client && c.aggregates === o.aggregates);
+    for (const from of new Set([many[0]!, many.at(-1)!])) {
+      const pe = perEvent(medians.get(from)!);
+      if (!pe) continue;
+      const m = (model[`${client}@${from.invocations}`] = ceilings(pe));
+      console.log(`${label(from)}:`);
+      console.log(`  database: ${m.perDbVcpu} events/s per vCPU of the primary → ${m.rds.map((r) => `${r.name} (${r.vcpus}) ${r.eventsPerSec}`).join(', ')}`);
+      console.log(`  brokers:  ${m.perBrokerVcpu} events/s per broker vCPU → ${m.msk.map((b) => `${b.brokers} × ${b.name} ${b.eventsPerSec}`).join(', ')}`);
+      console.log(`  relay:    ${m.perInvocation} events/s per invocation's CPU → ${m.invocationsForSmallestRds} invocations to reach ${m.rds[0]!.name}'s ceiling`);
+    }
+  }
+  return { events: o.events, rounds: o.repeat, cases: rows, model };
+}
