@@ -85,7 +85,9 @@ if (values.smoke) {
   Object.assign(values, { events: '3000', repeat: '1', aggregates: '100', 'peer-warmup': '0' });
   // the opt-in ones (--only sustained,burst,marks), in seconds too
   Object.assign(values, { minutes: '0.25', 'invoke-seconds': '5', 'retain-seconds': '3', 'baseline-seconds': '5', 'burst-events': '5000', claims: '5' });
-  Object.assign(values, { 'scale-events': '3000', 'scale-invocations': '1,2', 'scale-hot-invocations': '2', 'scale-aggregates': '100' });
+  // --only scale: 1 and 2 invocations, and 2 on the hot aggregates
+  Object.assign(values, { 'scale-events': '3000', 'scale-aggregates': '100' });
+  Object.assign(values, { 'scale-invocations': '1,2', 'scale-hot-invocations': '2' });
 }
 
 /** The dotted paths of the figures in `record` that are not numbers (NaN, Infinity): a bench that measured nothing. */
@@ -457,8 +459,12 @@ async function main(): Promise<void> {
       'scale',
       () =>
         benchScale(
-          // --smoke: one client (the plain smoke run covers both), seconds
-          { sql, kafka, env, meter, clients: values.smoke ? CLIENTS.slice(0, 1) : CLIENTS, commit: values.smoke ? `${COMMIT} (smoke: not a measurement)` : COMMIT, createTable, fillTable, createTopic, drop, run: () => run },
+          {
+            sql, kafka, env, meter, createTable, fillTable, createTopic, drop, run: () => run,
+            // --smoke: one client (the plain smoke run covers both)
+            clients: values.smoke ? CLIENTS.slice(0, 1) : CLIENTS,
+            commit: values.smoke ? `${COMMIT} (smoke: not a measurement)` : COMMIT,
+          },
           {
             events: Number(values['scale-events']),
             concurrency: values['scale-invocations'].split(',').map(Number),

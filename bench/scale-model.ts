@@ -95,13 +95,23 @@ export function ceiling(vcpus: number, utilization: number, cpuPerEvent: number)
 
 export function ceilings(cpu: PartyCpu, a: ModelAssumptions = DEFAULT_ASSUMPTIONS): Ceilings {
   const brokerPerEvent = cpu.broker * a.replicationFactor;
-  const rds = RDS_CLASSES.map(([name, vcpus]) => ({ name, vcpus, eventsPerSec: ceiling(vcpus, a.utilization, cpu.postgres) }));
+  const rds = RDS_CLASSES.map(([name, vcpus]) => ({
+    name,
+    vcpus,
+    eventsPerSec: ceiling(vcpus, a.utilization, cpu.postgres),
+  }));
+  const msk = MSK_CLUSTERS.map(([name, brokers, vcpus]) => ({
+    name,
+    brokers,
+    vcpus,
+    eventsPerSec: ceiling(brokers * vcpus, a.utilization, brokerPerEvent),
+  }));
   const perInvocation = ceiling(a.lambdaVcpu, 1, cpu.relay);
   return {
     perDbVcpu: ceiling(1, 1, cpu.postgres),
     rds,
     perBrokerVcpu: ceiling(1, 1, brokerPerEvent),
-    msk: MSK_CLUSTERS.map(([name, brokers, vcpus]) => ({ name, brokers, vcpus, eventsPerSec: ceiling(brokers * vcpus, a.utilization, brokerPerEvent) })),
+    msk,
     perInvocation,
     invocationsForSmallestRds: Math.ceil(rds[0]!.eventsPerSec / perInvocation),
   };

@@ -7,7 +7,11 @@ import { loadConfig } from '../src/config.ts';
 import { createLogger } from '../src/log.ts';
 import { Runtime } from '../src/runtime.ts';
 
-export type ScaleWorkerRequest = { setup: Record<string, string>; topic: string } | { go: true } | { stop: true } | { close: true };
+export type ScaleWorkerRequest =
+  | { setup: Record<string, string>; topic: string }
+  | { go: true }
+  | { stop: true }
+  | { close: true };
 export type ScaleWorkerReport = { ready: true } | { published: number } | { done: WorkerTotals } | { error: string };
 
 export interface WorkerTotals {

@@ -13,7 +13,8 @@ import type { Sql } from 'postgres';
 import type { KafkaClientName } from '../src/config.ts';
 import { parseTableName, qualified } from '../src/outbox/identifier.ts';
 import { CpuMeter, processCpu } from './cpu.ts';
-import { ceilings, eventsPerSec, medianSample, perEvent, type Ceilings, type Sample } from './scale-model.ts';
+import { ceilings, DEFAULT_ASSUMPTIONS, eventsPerSec, medianSample, perEvent } from './scale-model.ts';
+import type { Ceilings, Sample } from './scale-model.ts';
 import type { ScaleWorkerReport, ScaleWorkerRequest, WorkerTotals } from './scale-worker.ts';
 
 export interface ScaleContext {
@@ -94,7 +95,7 @@ async function startWorkers(n: number, env: Record<string, string>, topic: strin
     workers.map(
       (w) =>
         new Promise<void>((resolve, reject) => {
-          const exit = (code: number | null) => reject(new Error(`scale worker exited with ${code} before it was ready`));
+          const exit = (code: number | null) => reject(new Error(`scale worker exited with ${code} before ready`));
           w.child.once('exit', exit);
           w.onReport((m) => {
             if ('ready' in m) resolve();
@@ -120,7 +121,8 @@ async function drain(workers: Worker[], events: number): Promise<WorkerTotals & 
     let done = 0;
     let stopped = false;
     const stall = setInterval(() => {
-      if (Date.now() - last > STALL_MS) reject(new Error(`scale: ${published} of ${events} events published, none for ${STALL_MS / 1000} s`));
+      if (Date.now() - last <= STALL_MS) return;
+      reject(new Error(`scale: ${published} of ${events} events published, none for ${STALL_MS / 1000} s`));
     }, 1_000);
     const finish = (err?: Error) => {
       clearInterval(stall);
@@ -182,7 +184,8 @@ async function readBack(kafka: kafkajs.Kafka, topic: string, events: number): Pr
         ids.add(id);
         const key = message.key?.toString() ?? '';
         const n = (JSON.parse(message.value!.toString()) as { n: number }).n;
-        if ((lastN.get(key) ?? -1) >= n && problems.length < 5) problems.push(`aggregate ${key}: event ${n} after ${lastN.get(key)}`);
+        const before = lastN.get(key) ?? -1;
+        if (before >= n && problems.length < 5) problems.push(`aggregate ${key}: event ${n} after ${before}`);
         lastN.set(key, n);
       },
     });
@@ -192,7 +195,9 @@ async function readBack(kafka: kafkajs.Kafka, topic: string, events: number): Pr
   } finally {
     await consumer.disconnect();
   }
-  if (count !== events || ids.size !== events) problems.unshift(`${count} messages, ${ids.size} distinct ids read back for ${events} events`);
+  if (count !== events || ids.size !== events) {
+    problems.unshift(`${count} messages, ${ids.size} distinct ids read back for ${events} events`);
+  }
   if (problems.length) throw new Error(`scale, topic ${topic}: ${problems.join('; ')}`);
 }
 
@@ -201,7 +206,13 @@ async function measure(ctx: ScaleContext, c: Case, events: number, round: number
   const table = await ctx.createTable(name);
   const topic = `bench.${ctx.run()}.${name}`;
   await ctx.createTopic(topic);
-  const env = { ...ctx.env, OUTBOX_TABLE: table, OUTBOX_TOPIC_TEMPLATE: topic, OUTBOX_KAFKA_CLIENT: c.client, OUTBOX_METRICS: 'off' };
+  const env = {
+    ...ctx.env,
+    OUTBOX_TABLE: table,
+    OUTBOX_TOPIC_TEMPLATE: topic,
+    OUTBOX_KAFKA_CLIENT: c.client,
+    OUTBOX_METRICS: 'off',
+  };
   const workers = await startWorkers(c.invocations, env, topic);
   try {
     await ctx.fillTable(table, events, c.aggregates);
@@ -213,11 +224,14 @@ async function measure(ctx: ScaleContext, c: Case, events: number, round: number
     const cpu1 = cpu0 ? CpuMeter.diff(cpu0, ctx.meter.sample()) : undefined;
     const relay = workers.reduce((s, w) => s + w.cpu(), 0) - relayCpu0;
     // the count check of every bench: the relays published each event once, no more, no fewer
-    if (published !== events) throw new Error(`scale ${name}: the invocations published ${published} events of ${events}`);
-    const [left] = await ctx.sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${qualified(parseTableName(table))}`);
-    if (left!.n !== 0) throw new Error(`scale ${name}: ${left!.n} rows left in the outbox after the backlog was drained`);
+    if (published !== events) throw new Error(`scale ${name}: the invocations published ${published} of ${events}`);
+    const t = qualified(parseTableName(table));
+    const [left] = await ctx.sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${t}`);
+    if (left!.n !== 0) throw new Error(`scale ${name}: ${left!.n} rows left in the outbox once drained`);
     await readBack(ctx.kafka, topic, events);
-    return { events, ms, invocations, empty, heldBack, waitedMs, invocationsAtOnce: c.invocations, ...(cpu1 ? { cpu: { relay, postgres: cpu1.postgres, broker: cpu1.broker } } : {}) };
+    const cpu = cpu1 ? { relay, postgres: cpu1.postgres, broker: cpu1.broker } : undefined;
+    const invocationsAtOnce = c.invocations;
+    return { events, ms, invocations, empty, heldBack, waitedMs, invocationsAtOnce, ...(cpu ? { cpu } : {}) };
   } finally {
     await Promise.all(workers.map((w) => w.close()));
     await ctx.drop(table);
@@ -230,12 +244,19 @@ function waitedShares(s: Sample): string {
   return (['claim', 'publish', 'commit'] as const).map((k) => `${k} ${(s.waitedMs![k] / total).toFixed(2)}`).join(', ');
 }
 
-const label = (c: Case) => `${c.client}, ${c.invocations} invocation${c.invocations > 1 ? 's' : ''}, ${c.aggregates} aggregates`;
+const label = (c: Case) =>
+  `${c.client}, ${c.invocations} invocation${c.invocations > 1 ? 's' : ''}, ${c.aggregates} aggregates`;
 const msPer1k = (seconds: number) => Math.round(seconds * 1e6);
+
+/** one line of the table: each cell right-aligned to its column's width (the first left-aligned) */
+const WIDTHS = [13, 4, 6, 10, 14, 5, 7, 5, 7, 6, 6, 14, 6];
+const line = (cells: Array<string | number>) =>
+  cells.map((c, i) => (i === 0 ? String(c).padEnd(WIDTHS[0]!) : String(c).padStart(WIDTHS[i]!))).join('');
 
 export async function benchScale(ctx: ScaleContext, o: ScaleOptions): Promise<Record<string, unknown>> {
   for (const n of [...o.concurrency, ...o.hotConcurrency, o.hot, o.aggregates, o.events]) {
-    if (!Number.isInteger(n) || n < 1) throw new Error(`--only scale: ${n} is not a positive whole number; check --scale-* options`);
+    if (Number.isInteger(n) && n >= 1) continue;
+    throw new Error(`--only scale: ${n} is not a positive whole number; check the --scale-* options`);
   }
   const cases: Case[] = ctx.clients.flatMap((client) => [
     ...o.concurrency.map((invocations) => ({ client, invocations, aggregates: o.aggregates })),
@@ -243,8 +264,9 @@ export async function benchScale(ctx: ScaleContext, o: ScaleOptions): Promise<Re
   ]);
   console.log(`bench: commit ${ctx.commit}, ${new Date().toISOString()}`);
   process.stderr.write(
-    `scale: ${o.events} events per case, ${cases.length} cases (${o.concurrency.join(', ')} invocations on ${o.aggregates} aggregates, ` +
-      `${o.hotConcurrency.join(', ')} on ${o.hot} hot ones; clients ${ctx.clients.join(', ')}), ${o.repeat} rounds interleaved (medians)\n`,
+    `scale: ${o.events} events per case, ${cases.length} cases (${o.concurrency.join(', ')} invocations on ` +
+      `${o.aggregates} aggregates, ${o.hotConcurrency.join(', ')} on ${o.hot} hot ones; clients ` +
+      `${ctx.clients.join(', ')}), ${o.repeat} rounds interleaved (medians)\n`,
   );
   const samples = new Map<Case, Sample[]>(cases.map((c) => [c, []]));
   for (let round = 0; round < o.repeat; round++) {
@@ -252,9 +274,13 @@ export async function benchScale(ctx: ScaleContext, o: ScaleOptions): Promise<Re
       const s = await measure(ctx, c, o.events, round);
       samples.get(c)!.push(s);
       const pe = perEvent(s);
-      const cpu = pe ? `  cpu ms/1k: relay ${msPer1k(pe.relay)} pg ${msPer1k(pe.postgres)} broker ${msPer1k(pe.broker)}` : '';
-      process.stderr.write(`  round ${round + 1}/${o.repeat} ${label(c)}: ${Math.round(eventsPerSec(s))} events/s${cpu}, ${s.invocations} invocations (${s.empty} empty), ${s.heldBack} rows held back\n` +
-          `      per invocation-second waited: ${waitedShares(s)}\n`);
+      const ms = pe && ([pe.relay, pe.postgres, pe.broker].map(msPer1k) as [number, number, number]);
+      const cpu = ms ? `  cpu ms/1k: relay ${ms[0]} pg ${ms[1]} broker ${ms[2]}` : '';
+      process.stderr.write(
+        `  round ${round + 1}/${o.repeat} ${label(c)}: ${Math.round(eventsPerSec(s))} events/s${cpu}, ` +
+          `${s.invocations} invocations (${s.empty} empty), ${s.heldBack} rows held back\n` +
+          `      per invocation-second waited: ${waitedShares(s)}\n`,
+      );
     }
   }
   return report(cases, samples, o);
@@ -262,39 +288,62 @@ export async function benchScale(ctx: ScaleContext, o: ScaleOptions): Promise<Re
 
 function report(cases: Case[], samples: Map<Case, Sample[]>, o: ScaleOptions): Record<string, unknown> {
   const medians = new Map(cases.map((c) => [c, medianSample(samples.get(c)!)]));
-  console.log(`\nscale: ${o.events} events per case, median of ${o.repeat} (range); cpu in ms per 1,000 events; cores = CPU seconds / wall seconds;\n` +
-    `inv(ocations) (empty: published nothing), held: rows claimed but held back behind another invocation's`);
-  console.log(`${'client'.padEnd(13)}${'inv'.padStart(4)}${'aggs'.padStart(6)}${'events/s'.padStart(10)}  ${'range'.padEnd(13)}${'x1'.padStart(5)}` +
-    `${'relay'.padStart(7)}${'pg'.padStart(5)}${'broker'.padStart(7)}${'total'.padStart(6)}${'cores'.padStart(6)}  inv (empty)    held`);
+  console.log(`\nscale: ${o.events} events per case, median of ${o.repeat} (range); cpu in ms per 1,000 events; ` +
+    'cores = CPU seconds / wall seconds;\ninv(ocations) (empty: published nothing), ' +
+    "held: rows claimed but held back behind another invocation's");
+  console.log(line(['client', 'inv', 'aggs', 'events/s', 'range', 'x1', 'relay', 'pg', 'broker', 'total', 'cores']
+    .concat(['inv (empty)', 'held'])));
   const rows = cases.map((c) => {
     const m = medians.get(c)!;
-    const one = medians.get(cases.find((x) => x.client === c.client && x.invocations === 1 && x.aggregates === c.aggregates) ?? c)!;
-    const pe = perEvent(m);
+    const alone = cases.find((x) => x.client === c.client && x.invocations === 1 && x.aggregates === c.aggregates);
     const rate = eventsPerSec(m);
-    const speedup = rate / eventsPerSec(one);
-    const cpu = pe ? `${String(msPer1k(pe.relay)).padStart(7)}${String(msPer1k(pe.postgres)).padStart(5)}${String(msPer1k(pe.broker)).padStart(7)}` +
-      `${String(msPer1k(pe.relay + pe.postgres + pe.broker)).padStart(6)}${((m.cpu!.relay + m.cpu!.postgres + m.cpu!.broker) / (m.ms / 1000)).toFixed(2).padStart(6)}` : '';
-    console.log(`${c.client.padEnd(13)}${String(c.invocations).padStart(4)}${String(c.aggregates).padStart(6)}${String(Math.round(rate)).padStart(10)}  ` +
-      `${`${Math.round(m.min)}-${Math.round(m.max)}`.padEnd(13)}${speedup.toFixed(2).padStart(5)}${cpu}  ${`${m.invocations} (${m.empty})`.padEnd(12)}${String(m.heldBack).padStart(6)}`);
-    return { client: c.client, invocations: c.invocations, aggregates: c.aggregates, eventsPerSec: Math.round(rate), min: Math.round(m.min), max: Math.round(m.max),
-      speedup: Number(speedup.toFixed(2)), ...(pe ? { cpuMsPer1k: { relay: msPer1k(pe.relay), postgres: msPer1k(pe.postgres), broker: msPer1k(pe.broker) } } : {}),
-      invocationsRun: m.invocations, emptyInvocations: m.empty, heldBack: m.heldBack };
+    const speedup = rate / eventsPerSec(medians.get(alone ?? c)!);
+    const pe = perEvent(m);
+    const total = pe && pe.relay + pe.postgres + pe.broker;
+    const cpu = pe ? [pe.relay, pe.postgres, pe.broker, total!].map(msPer1k) : ['', '', '', ''];
+    const cores = m.cpu ? ((m.cpu.relay + m.cpu.postgres + m.cpu.broker) / (m.ms / 1000)).toFixed(2) : '';
+    const range = `${Math.round(m.min)}-${Math.round(m.max)}`;
+    const invocations = `${m.invocations} (${m.empty})`;
+    const figures = [Math.round(rate), range, speedup.toFixed(2), ...cpu, cores, invocations, m.heldBack];
+    console.log(line([c.client, c.invocations, c.aggregates, ...figures]));
+    return {
+      ...c,
+      eventsPerSec: Math.round(rate),
+      min: Math.round(m.min),
+      max: Math.round(m.max),
+      speedup: Number(speedup.toFixed(2)),
+      ...(pe && { cpuMsPer1k: { relay: cpu[0], postgres: cpu[1], broker: cpu[2] } }),
+      invocationsRun: m.invocations,
+      emptyInvocations: m.empty,
+      heldBack: m.heldBack,
+    };
   });
-  // the model from the least and the most concurrent case on many aggregates: the CPU per event
-  // of one invocation alone, and what scale-out paid on this machine (docs/benchmarks/scale.md)
+  return { events: o.events, rounds: o.repeat, cases: rows, model: printModel(cases, medians, o.aggregates) };
+}
+
+/**
+ * The model from the least and the most concurrent case on many aggregates: the CPU per event of
+ * one invocation alone, and what scale-out paid on this machine (docs/benchmarks/scale.md).
+ */
+function printModel(cases: Case[], medians: Map<Case, Sample>, aggregates: number): Record<string, Ceilings> {
+  const a = DEFAULT_ASSUMPTIONS;
   const model: Record<string, Ceilings> = {};
-  console.log('\nmodel: 70% of the vCPUs; replication factor 3; Lambda 512 MB = 0.29 vCPU (docs/benchmarks/scale.md)');
+  console.log(`\nmodel: ${a.utilization * 100}% of the vCPUs; replication factor ${a.replicationFactor}; ` +
+    `Lambda 512 MB = ${a.lambdaVcpu.toFixed(2)} vCPU (docs/benchmarks/scale.md)`);
   for (const client of new Set(cases.map((c) => c.client))) {
-    const many = cases.filter((c) => c.client === client && c.aggregates === o.aggregates);
+    const many = cases.filter((c) => c.client === client && c.aggregates === aggregates);
     for (const from of new Set([many[0]!, many.at(-1)!])) {
       const pe = perEvent(medians.get(from)!);
       if (!pe) continue;
-      const m = (model[`${client}@${from.invocations}`] = ceilings(pe));
+      const m = (model[`${client}@${from.invocations}`] = ceilings(pe, a));
+      const rds = m.rds.map((r) => `${r.name} (${r.vcpus}) ${r.eventsPerSec}`).join(', ');
+      const msk = m.msk.map((b) => `${b.brokers} × ${b.name} ${b.eventsPerSec}`).join(', ');
       console.log(`${label(from)}:`);
-      console.log(`  database: ${m.perDbVcpu} events/s per vCPU of the primary → ${m.rds.map((r) => `${r.name} (${r.vcpus}) ${r.eventsPerSec}`).join(', ')}`);
-      console.log(`  brokers:  ${m.perBrokerVcpu} events/s per broker vCPU → ${m.msk.map((b) => `${b.brokers} × ${b.name} ${b.eventsPerSec}`).join(', ')}`);
-      console.log(`  relay:    ${m.perInvocation} events/s per invocation's CPU → ${m.invocationsForSmallestRds} invocations to reach ${m.rds[0]!.name}'s ceiling`);
+      console.log(`  database: ${m.perDbVcpu} events/s per vCPU of the primary → ${rds}`);
+      console.log(`  brokers:  ${m.perBrokerVcpu} events/s per broker vCPU → ${msk}`);
+      console.log(`  relay:    ${m.perInvocation} events/s per invocation's CPU → ` +
+        `${m.invocationsForSmallestRds} invocations to reach ${m.rds[0]!.name}'s ceiling`);
     }
   }
-  return { events: o.events, rounds: o.repeat, cases: rows, model };
+  return model;
 }

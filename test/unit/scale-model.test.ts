@@ -2,9 +2,11 @@
 // publishes are a median round's and the model's ceilings computed from them.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { ceiling, ceilings, DEFAULT_ASSUMPTIONS, medianSample, perEvent, type Sample } from '../../bench/scale-model.ts';
+import { ceiling, ceilings, DEFAULT_ASSUMPTIONS, medianSample, perEvent } from '../../bench/scale-model.ts';
+import type { Sample } from '../../bench/scale-model.ts';
 
-const sample = (events: number, ms: number, cpu = { relay: 1, postgres: 1, broker: 1 }): Sample => ({ events, ms, cpu, invocations: 1, empty: 0, heldBack: 0 });
+const sample = (events: number, ms: number, cpu = { relay: 1, postgres: 1, broker: 1 }): Sample =>
+  ({ events, ms, cpu, invocations: 1, empty: 0, heldBack: 0 });
 
 describe('scale bench: medians and the model', () => {
   it('takes the median round by rate, with its own CPU figures, and the range of the rates', () => {
