@@ -249,7 +249,7 @@ const label = (c: Case) =>
 const msPer1k = (seconds: number) => Math.round(seconds * 1e6);
 
 /** one line of the table: each cell right-aligned to its column's width (the first left-aligned) */
-const WIDTHS = [13, 4, 6, 10, 14, 5, 7, 5, 7, 6, 6, 14, 6];
+const WIDTHS = [13, 4, 6, 10, 14, 5, 7, 5, 7, 6, 6, 14, 8];
 const line = (cells: Array<string | number>) =>
   cells.map((c, i) => (i === 0 ? String(c).padEnd(WIDTHS[0]!) : String(c).padStart(WIDTHS[i]!))).join('');
 
