@@ -50,6 +50,18 @@ export interface PeerResult {
   note?: string;
 }
 
+/** a connector of stream(), streaming until stop() */
+export interface StreamingConnector {
+  topic: string;
+  /** the Connect JVM */
+  jvm: number;
+  /** the walsender decoding the WAL for the connector's slot */
+  walsender: number;
+  /** the slot's walsender now (null: none): another pid than `walsender` means its CPU was missed */
+  slotHolder(): Promise<number | null>;
+  stop(): Promise<void>;
+}
+
 interface ConnectorStatus {
   connector: { state: string; trace?: string };
   tasks: Array<{ state: string; trace?: string }>;
@@ -168,6 +180,28 @@ export class DebeziumPeer {
     } finally {
       await cleanup();
     }
+  }
+
+  /**
+   * A connector streaming `table` as rows are committed (bench/latency.ts): the same connector as
+   * measure()'s with `tuning` over its config. Resolves once its slot is held, with the pids whose
+   * CPU is Debezium's and `stop`, which deletes the connector, its slot and its publication.
+   */
+  async stream(run: string, table: string, tuning: Record<string, string>): Promise<StreamingConnector> {
+    const { sql } = this.ctx;
+    const name = replicationName(run);
+    const topic = `bench.${run}.debezium.bench`; // the router's topic for aggregatetype 'bench'
+    const stop = async () => {
+      this.pending = undefined;
+      await this.connect.request('DELETE', `/connectors/${name}`).catch((e: unknown) => process.stderr.write(`  debezium: deleting ${name}: ${String(e)}\n`));
+      await dropReplication(sql, name);
+    };
+    this.pending = stop;
+    await this.ctx.createTopic(topic);
+    await createPublication(sql, name, qualified(parseTableName(table)));
+    await this.connect.request('POST', '/connectors', { name, config: { ...this.connectorConfig(name, table, run), ...tuning } });
+    await this.waitFor(name, 'the connector to stream', async (s) => s.connector.state === 'RUNNING' && s.tasks[0]?.state === 'RUNNING' && (await this.slotPid(name)) !== null);
+    return { topic, jvm: this.connect.pid!, walsender: (await this.slotPid(name))!, slotHolder: () => this.slotPid(name), stop };
   }
 
   private connectorConfig(name: string, table: string, run: string): Record<string, string> {
