@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # npm run bench [-- --events N --batch B --payload BYTES --aggregates A --peer debezium | --smoke]
-# npm run bench:latency [-- --rates 200,2000 --seconds 40 --period 10 --timeout 12 --wake notify|poll | --smoke]
+# npm run bench:latency [-- --rates 200,2000 --seconds 40 --period 10 --timeout 12 --wake notify|poll --peer debezium | --smoke]
 # --smoke: seconds of each measurement, failing when a figure is missing or counts fewer events
 # than were sent (.ci/run runs both); not a measurement.
 set -euo pipefail
