@@ -42,7 +42,8 @@ const { Kafka, logLevel } = kafkajs;
 const { values } = parseArgs({
   options: {
     rates: { type: 'string', default: '200,2000' },
-    modes: { type: 'string', default: 'exit,linger' },
+    // exit,linger; with --peer debezium: linger,debezium,debezium-defaults
+    modes: { type: 'string' },
     seconds: { type: 'string', default: '40' },
     period: { type: 'string', default: '10' },
     timeout: { type: 'string', default: '12' },
@@ -74,7 +75,7 @@ const RATES = values.rates.split(',').map(Number);
 type Mode = 'exit' | 'linger' | 'debezium' | 'debezium-defaults';
 const ALL_MODES: Mode[] = ['exit', 'linger', 'debezium', 'debezium-defaults'];
 const isDebezium = (m: Mode) => m.startsWith('debezium');
-const MODES = (PEER && values.modes === 'exit,linger' ? 'linger,debezium,debezium-defaults' : values.modes).split(',') as Mode[];
+const MODES = (values.modes ?? (PEER ? 'linger,debezium,debezium-defaults' : 'exit,linger')).split(',') as Mode[];
 for (const m of MODES) {
   if (!ALL_MODES.includes(m)) throw new Error(`--modes: unknown mode '${m}'; choose from ${ALL_MODES.join(', ')}`);
   if (isDebezium(m) && !PEER) throw new Error(`--modes ${m} needs --peer debezium (it starts Kafka Connect)`);
