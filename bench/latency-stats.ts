@@ -2,7 +2,7 @@
 // latency from its row's created_at to a time the consumer saw (the broker's append time, or the
 // consumer's receipt), the percentiles, and a party's CPU per 1,000 events.
 
-/** The value at percentile p (0-100) of ascending `sorted`: the smallest value with p % of them at or below it. */
+/** The value at percentile p (0-100) of ascending `sorted`: the smallest with p % of them at or below it. */
 export function percentile(sorted: readonly number[], p: number): number {
   if (sorted.length === 0) return NaN;
   return sorted[Math.min(sorted.length - 1, Math.max(1, Math.ceil((p / 100) * sorted.length)) - 1)]!;
@@ -18,7 +18,10 @@ export interface Paired {
 }
 
 /** Pairs each row (id, created_at in epoch ms) with the time `seen` holds for its id (epoch ms). */
-export function pairLatencies(created: ReadonlyArray<{ id: string; c: number }>, seen: ReadonlyMap<string, number>): Paired {
+export function pairLatencies(
+  created: ReadonlyArray<{ id: string; c: number }>,
+  seen: ReadonlyMap<string, number>,
+): Paired {
   const latencies: Array<[number, number]> = [];
   let missing = 0;
   for (const r of created) {

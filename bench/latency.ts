@@ -65,8 +65,12 @@ const { values } = parseArgs({
     smoke: { type: 'boolean', default: false },
   },
 });
-if (values.smoke) Object.assign(values, { rates: '50', seconds: '3', period: '2', timeout: '4', aggregates: '50', 'peer-warmup': '0' });
-if (values.peer !== undefined && values.peer !== 'debezium') throw new Error(`--peer: unknown peer '${values.peer}'; the one there is: debezium`);
+if (values.smoke) {
+  Object.assign(values, { rates: '50', seconds: '3', period: '2', timeout: '4', aggregates: '50', 'peer-warmup': '0' });
+}
+if (values.peer !== undefined && values.peer !== 'debezium') {
+  throw new Error(`--peer: unknown peer '${values.peer}'; the one there is: debezium`);
+}
 const PEER = values.peer === 'debezium';
 const OUT: string = values.out ?? (values.smoke ? `${tmpdir()}/outbox-relay-bench-smoke` : new URL('./results', import.meta.url).pathname);
 /** the commit measured, as every published figure names it */
@@ -240,7 +244,9 @@ async function runCase(mode: Mode, rate: number, peer: DebeziumPeer | undefined)
     OUTBOX_CLIENT_ID: 'outbox-relay-bench',
   };
   // Debezium: a connector streaming the table from now on (its slot is held when this resolves)
-  const connector: StreamingConnector | undefined = dbz ? await peer!.stream(`${run}${name.replace(/[^a-z0-9]/g, '')}`, table, TUNING[mode]!) : undefined;
+  const connector: StreamingConnector | undefined = dbz
+    ? await peer!.stream(`${run}${name.replace(/[^a-z0-9]/g, '')}`, table, TUNING[mode]!)
+    : undefined;
   const topic = connector?.topic ?? relayTopic;
   const containers = dbz ? [] : [new Container(env), new Container(env)];
   const total = Math.round(rate * SECONDS);
@@ -298,8 +304,9 @@ async function runCase(mode: Mode, rate: number, peer: DebeziumPeer | undefined)
   let sampling = true;
   const sampler = (async () => {
     while (sampling) {
-      if (PEER) backlog.push([(Date.now() - started) / 1000, Math.max(0, Number(Atomics.load(committed, 0)) - appended.size)]);
-      else {
+      if (PEER) {
+        backlog.push([(Date.now() - started) / 1000, Math.max(0, Number(Atomics.load(committed, 0)) - appended.size)]);
+      } else {
         const [r] = await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${t} WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL`);
         backlog.push([(Date.now() - started) / 1000, r!.n]);
       }
@@ -335,7 +342,10 @@ async function runCase(mode: Mode, rate: number, peer: DebeziumPeer | undefined)
   await Promise.all(containers.map((c) => c.close()));
   if (connector) {
     const holder = await connector.slotHolder();
-    if (holder !== connector.walsender) process.stderr.write(`  ${name}: the slot's walsender changed (${connector.walsender} → ${holder}): its CPU is partly missed\n`);
+    if (holder !== connector.walsender) {
+      const changed = `${connector.walsender} → ${holder}`;
+      process.stderr.write(`  ${name}: the slot's walsender changed (${changed}): its CPU is partly missed\n`);
+    }
     await connector.stop();
   }
 
@@ -350,7 +360,9 @@ async function runCase(mode: Mode, rate: number, peer: DebeziumPeer | undefined)
   if (created.length !== total) throw new Error(`${name}: ${created.length} rows found for the ${total} events produced`);
   const toBroker = pairLatencies(created, appended);
   const toConsumer = pairLatencies(created, received);
-  if (toBroker.missing > 0) throw new Error(`${name}: ${toBroker.missing} of ${total} events have no append time on the broker`);
+  if (toBroker.missing > 0) {
+    throw new Error(`${name}: ${toBroker.missing} of ${total} events have no append time on the broker`);
+  }
   const sorted = toBroker.sorted;
   const bySecond = new Map<number, number>();
   for (const [c, l] of toBroker.latencies) {
@@ -388,7 +400,12 @@ async function runCase(mode: Mode, rate: number, peer: DebeziumPeer | undefined)
     p95: percentile(sorted, 95),
     p99: percentile(sorted, 99),
     max: sorted[sorted.length - 1]!,
-    consumer: { p50: percentile(toConsumer.sorted, 50), p95: percentile(toConsumer.sorted, 95), p99: percentile(toConsumer.sorted, 99), max: toConsumer.sorted[toConsumer.sorted.length - 1]! },
+    consumer: {
+      p50: percentile(toConsumer.sorted, 50),
+      p95: percentile(toConsumer.sorted, 95),
+      p99: percentile(toConsumer.sorted, 99),
+      max: toConsumer.sorted[toConsumer.sorted.length - 1]!,
+    },
     backlog,
     latencyBySecond: [...bySecond].sort((a, b) => a[0] - b[0]),
     invocations: answers.length,
@@ -416,7 +433,12 @@ async function emptyInvocationSeconds(): Promise<number> {
 }
 
 const fmtMs = (ms: number) => (ms >= 1000 ? `${(ms / 1000).toFixed(2)} s` : `${Math.round(ms)} ms`);
-const COLORS: Record<string, string> = { exit: '#d62728', linger: '#1f77b4', debezium: '#2ca02c', 'debezium-defaults': '#ff7f0e' };
+const COLORS: Record<string, string> = {
+  exit: '#d62728',
+  linger: '#1f77b4',
+  debezium: '#2ca02c',
+  'debezium-defaults': '#ff7f0e',
+};
 
 /** the run measure() names its table after (bench_debezium_<run>): set before each warm-up run */
 let peerRun = run;
@@ -440,7 +462,8 @@ async function startPeer(): Promise<DebeziumPeer> {
     fillTable: async (table, events) => {
       await sql.unsafe(
         `INSERT INTO ${qualified(parseTableName(table))} (aggregatetype, aggregateid, type, payload)
-         SELECT 'bench', 'agg-' || (g % $1), 'Benchmarked', jsonb_build_object('i', g, 'pad', $2::text) FROM generate_series(0, $3::int - 1) g`,
+         SELECT 'bench', 'agg-' || (g % $1), 'Benchmarked', jsonb_build_object('i', g, 'pad', $2::text)
+         FROM generate_series(0, $3::int - 1) g`,
         [Number(values.aggregates), pad, events],
       );
     },
@@ -457,7 +480,8 @@ async function startPeer(): Promise<DebeziumPeer> {
   process.once('exit', () => peer.killNow());
   try {
     await peer.start();
-    // a fresh JVM interprets, then compiles, its hot paths: 3-5x the CPU per event at first (docs/benchmarks/debezium.md)
+    // a fresh JVM interprets, then compiles, its hot paths: 3-5x the CPU per event at first
+    // (docs/benchmarks/debezium.md)
     for (let left = Number(values['peer-warmup']), i = 0; left > 0; left -= 50_000, i++) {
       peerRun = `${run}w${i}`;
       const r = await peer.measure(peerRun, Math.min(50_000, left), 'Debezium warm-up');
@@ -472,7 +496,8 @@ async function startPeer(): Promise<DebeziumPeer> {
 
 async function main(): Promise<void> {
   const machine = `${availableParallelism()} cores (${cpus()[0]?.model.trim() ?? 'unknown CPU'}), Node ${process.version}`;
-  const tuning = (m: Mode) => (isDebezium(m) ? ` (${Object.entries(TUNING[m]!).map(([k, v]) => `${k.replace('producer.override.', 'producer ')}=${v}`).join(', ')})` : '');
+  const setting = ([k, v]: [string, string]) => `${k.replace('producer.override.', 'producer ')}=${v}`;
+  const tuning = (m: Mode) => (isDebezium(m) ? ` (${Object.entries(TUNING[m]!).map(setting).join(', ')})` : '');
   process.stderr.write(
     `bench:latency: ${MODES.join(', ')} × ${RATES.join(', ')} events/s, ${SECONDS} s each; schedule every ${PERIOD_MS / 1000} s, timeout ${TIMEOUT_MS / 1000} s, margin ${MARGIN_MS / 1000} s (EventBridge's minute compressed); wake=${values.wake}; ${machine}\n`,
   );
@@ -486,7 +511,9 @@ async function main(): Promise<void> {
         process.stderr.write(`  ${mode} at ${rate}/s …\n`);
         const r = await runCase(mode, rate, peer);
         // a figure that is not a number means the bench measured nothing: fail, never print NaN
-        for (const [k, v] of Object.entries({ p50: r.p50, p95: r.p95, p99: r.p99, max: r.max, consumerP99: r.consumer.p99, relayCpuPerEvent: r.relayCpuPerEvent })) {
+        const { p50, p95, p99, max, relayCpuPerEvent } = r;
+        const figures = { p50, p95, p99, max, consumerP99: r.consumer.p99, relayCpuPerEvent };
+        for (const [k, v] of Object.entries(figures)) {
           if (!Number.isFinite(v)) throw new Error(`${mode} at ${rate}/s: ${k} is ${v} (${r.events} events measured of ${r.sent})`);
         }
         results.push(r);
@@ -569,12 +596,20 @@ async function main(): Promise<void> {
 /** linger mode and Debezium side by side: latency to the broker and to the consumer, CPU per party */
 function printSideBySide(results: CaseResult[], tuning: (m: Mode) => string): void {
   const n = (x: number | undefined) => (x === undefined ? '-' : Math.round(x).toLocaleString('en-US'));
-  console.log(`\nside by side: created_at → broker append | → the consumer's receipt; CPU in ms per 1,000 events (from /proc)`);
-  console.log(`${'mode'.padEnd(19)}${'events/s'.padStart(9)}${'p50'.padStart(8)}${'p95'.padStart(8)}${'p99'.padStart(8)} |${'p50'.padStart(8)}${'p95'.padStart(8)}${'p99'.padStart(8)}   ${'app'.padStart(6)}${'pg'.padStart(6)}${'walsnd'.padStart(8)}${'broker'.padStart(8)}${'total'.padStart(7)}`);
+  const cells = (widths: number[], texts: string[]) => texts.map((t, i) => t.padStart(widths[i]!)).join('');
+  const ms = (a: number, b: number, c: number) => cells([8, 8, 8], [a, b, c].map(fmtMs));
+  console.log(`\nside by side: created_at → broker append | → the consumer's receipt; CPU in ms per 1,000 events`);
+  const head = cells([8, 8, 8], ['p50', 'p95', 'p99']);
+  const cpuHead = cells([6, 6, 8, 8, 7], ['app', 'pg', 'walsnd', 'broker', 'total']);
+  console.log(`${'mode'.padEnd(19)}${'events/s'.padStart(9)}${head} |${head}   ${cpuHead}`);
   for (const r of results) {
     const p = r.parties;
-    const cpu = p ? `${n(p.app).padStart(6)}${n(p.postgres).padStart(6)}${n(p.walsender).padStart(8)}${n(p.broker).padStart(8)}${n(p.total).padStart(7)}` : '   (no CPU figures: /proc or the services\' pids missing)';
-    console.log(`${r.mode.padEnd(19)}${String(r.rate).padStart(9)}${fmtMs(r.p50).padStart(8)}${fmtMs(r.p95).padStart(8)}${fmtMs(r.p99).padStart(8)} |${fmtMs(r.consumer.p50).padStart(8)}${fmtMs(r.consumer.p95).padStart(8)}${fmtMs(r.consumer.p99).padStart(8)}   ${cpu}`);
+    const cpu = p
+      ? cells([6, 6, 8, 8, 7], [p.app, p.postgres, p.walsender, p.broker, p.total].map(n))
+      : "   (no CPU figures: /proc or the services' pids missing)";
+    const c = r.consumer;
+    const latencies = `${ms(r.p50, r.p95, r.p99)} |${ms(c.p50, c.p95, c.p99)}`;
+    console.log(`${r.mode.padEnd(19)}${String(r.rate).padStart(9)}${latencies}   ${cpu}`);
   }
   for (const m of MODES.filter(isDebezium)) console.log(`${m}:${tuning(m)}`);
   console.log('app: the relay\'s threads (its invocations, whole) or the Connect JVM; pg: Postgres backends but the');

@@ -193,15 +193,21 @@ export class DebeziumPeer {
     const topic = `bench.${run}.debezium.bench`; // the router's topic for aggregatetype 'bench'
     const stop = async () => {
       this.pending = undefined;
-      await this.connect.request('DELETE', `/connectors/${name}`).catch((e: unknown) => process.stderr.write(`  debezium: deleting ${name}: ${String(e)}\n`));
+      await this.connect
+        .request('DELETE', `/connectors/${name}`)
+        .catch((e: unknown) => process.stderr.write(`  debezium: deleting ${name}: ${String(e)}\n`));
       await dropReplication(sql, name);
     };
     this.pending = stop;
     await this.ctx.createTopic(topic);
     await createPublication(sql, name, qualified(parseTableName(table)));
-    await this.connect.request('POST', '/connectors', { name, config: { ...this.connectorConfig(name, table, run), ...tuning } });
-    await this.waitFor(name, 'the connector to stream', async (s) => s.connector.state === 'RUNNING' && s.tasks[0]?.state === 'RUNNING' && (await this.slotPid(name)) !== null);
-    return { topic, jvm: this.connect.pid!, walsender: (await this.slotPid(name))!, slotHolder: () => this.slotPid(name), stop };
+    const config = { ...this.connectorConfig(name, table, run), ...tuning };
+    await this.connect.request('POST', '/connectors', { name, config });
+    const streaming = async (s: ConnectorStatus) =>
+      s.connector.state === 'RUNNING' && s.tasks[0]?.state === 'RUNNING' && (await this.slotPid(name)) !== null;
+    await this.waitFor(name, 'the connector to stream', streaming);
+    const walsender = (await this.slotPid(name))!;
+    return { topic, jvm: this.connect.pid!, walsender, slotHolder: () => this.slotPid(name), stop };
   }
 
   private connectorConfig(name: string, table: string, run: string): Record<string, string> {
