@@ -60,6 +60,7 @@ export function loadConfig(env: Env = process.env): Config {
     outbox: outboxConfig(read, database.prepare),
     logLevel: logLevel(read),
     telemetry: telemetryConfig(read),
+    fanoutMax: fanoutMax(read),
     testPauseAfterPublishMs: TEST_HOOKS ? read.int('OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS', 0, 0, 3_600_000) : 0,
     awsCredentials: AWS_CREDENTIAL_VARIABLES.some((name) => read.str(name) !== undefined),
   };
@@ -208,6 +209,15 @@ function outboxConfig(read: EnvReader, prepare: boolean): Config['outbox'] {
     wake: prepare ? 'notify' : 'poll',
     pollMs: read.int('OUTBOX_POLL_MS', 250, 10, 60_000),
   };
+}
+
+/** OUTBOX_FANOUT_MAX: 1 (the default) is off; the function's reserved concurrency must allow N (serverless.yml checks it). */
+function fanoutMax(read: EnvReader): number {
+  if (read.str('OUTBOX_FANOUT_MAX') === '0') {
+    read.problems.push('OUTBOX_FANOUT_MAX=0 is not a number of invocations: set 1 to turn fan-out off (the default), or N > 1 to let up to N invocations work at once on a backlog');
+    return 1;
+  }
+  return read.int('OUTBOX_FANOUT_MAX', 1, 1, 1_000);
 }
 
 /** OUTBOX_SAFETY_MARGIN_MS, no smaller than what a failure runs past the deadline (MIN_SAFETY_MARGIN_MS). */

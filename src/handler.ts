@@ -5,10 +5,11 @@
 import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
 import middy from '@middy/core';
-import type { Context, ScheduledEvent } from 'aws-lambda';
+import type { Context } from 'aws-lambda';
 import { loadConfig } from './config.ts';
+import { fanOut, helperMarker, type RelayEvent } from './fanout.ts';
 import { createLogger, type RelayLogger } from './log.ts';
-import { createMetrics, invocationMetrics, type RelayMetrics } from './metrics.ts';
+import { BACKLOG_RESERVE_MS, createMetrics, invocationMetrics, type RelayMetrics } from './metrics.ts';
 import type { Summary } from './relay.ts';
 import { Runtime } from './runtime.ts';
 
@@ -36,8 +37,8 @@ export async function closeRuntime(): Promise<void> {
   metrics = undefined;
 }
 
-type Request = middy.Request<ScheduledEvent, Summary, Error, Context>;
-type Middleware = middy.MiddlewareObj<ScheduledEvent, Summary, Error, Context>;
+type Request = middy.Request<RelayEvent, Summary, Error, Context>;
+type Middleware = middy.MiddlewareObj<RelayEvent, Summary, Error, Context>;
 
 /**
  * A Powertools middleware around an instance that exists only once the runtime does (and is
@@ -102,8 +103,9 @@ const requestLogging = (): Middleware => ({
 });
 
 // after and onError run in the reverse order of use(): the summary is logged, then the
-// invocation's metrics are added and published, then the logger's per-invocation keys cleared
-export const handler = middy<ScheduledEvent, Summary, Error, Context>({ timeoutEarlyInMillis: 0 })
+// invocation's metrics are added (the backlog read, fan-out) and published, then the logger's
+// per-invocation keys cleared. The event: EventBridge's scheduled event, or a helper's (src/fanout.ts).
+export const handler = middy<RelayEvent, Summary, Error, Context>({ timeoutEarlyInMillis: 0 })
   // first: its subsegment spans the whole invocation, closed after everything else
   .use(tracing())
   .use(perRuntime(() => injectLambdaContext(logger!.powertools, { resetKeys: true })))
@@ -113,11 +115,18 @@ export const handler = middy<ScheduledEvent, Summary, Error, Context>({ timeoutE
       metrics: () => metrics,
       backlog: (deadline) => runtime?.backlog(deadline) ?? Promise.resolve(undefined),
       logger: () => logger ?? createLogger('info'),
+      afterBacklog: async (request, summary, backlog) => {
+        if (!runtime || !metrics || !logger) return;
+        const { event, context } = request;
+        await fanOut({ max: runtime.config.fanoutMax, event, context, summary, backlog, metrics, logger, reserveMs: BACKLOG_RESERVE_MS });
+      },
     }),
   )
   .use(requestLogging())
-  .handler(async (_event, context) => {
+  .handler(async (event, context) => {
     const rt = getRuntime();
     // a child holds this invocation's Lambda context even if another starts meanwhile (the CLI's schedule overlaps them)
-    return rt.invoke(context.getRemainingTimeInMillis(), logger!.child({}));
+    const marker = helperMarker(event);
+    const log = logger!.child(marker ? { helperOf: marker.startedBy } : {});
+    return rt.invoke(context.getRemainingTimeInMillis(), log, { helper: marker !== undefined });
   });

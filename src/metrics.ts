@@ -11,9 +11,10 @@
 // metrics are left out of this record. docs/operations.md, "Metrics", lists every metric.
 import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
 import type middy from '@middy/core';
-import type { Context, ScheduledEvent } from 'aws-lambda';
+import type { Context } from 'aws-lambda';
 import { Deadline } from './budget.ts';
 import type { Config } from './config.ts';
+import type { RelayEvent } from './fanout.ts';
 import type { Logger } from './log.ts';
 import type { Summary } from './loop/summary.ts';
 import type { Backlog } from './outbox/admin.ts';
@@ -44,6 +45,11 @@ export const METRICS = {
   PendingRowsCapped: MetricUnit.Count,
   ParkedRows: MetricUnit.Count,
   ParkedRowsCapped: MetricUnit.Count,
+  // fan-out (OUTBOX_FANOUT_MAX > 1, src/fanout.ts): helpers a scheduled invocation started, those
+  // it wanted and could not start (throttled, failed), and per helper 1 when it found nothing
+  HelpersStarted: MetricUnit.Count,
+  HelpersNotStarted: MetricUnit.Count,
+  HelpersFoundNothing: MetricUnit.Count,
 } as const satisfies Record<string, Unit>;
 
 export type MetricName = keyof typeof METRICS;
@@ -130,34 +136,41 @@ export interface InvocationMetricsDeps {
   /** the backlog figures, read before `deadline`; undefined when no healthy database client is at hand */
   backlog(deadline: Deadline): Promise<Backlog | undefined>;
   logger(): Logger;
+  /** after a successful invocation and its backlog read (undefined: not read): fan-out (src/fanout.ts) */
+  afterBacklog?(request: RelayRequest, summary: Summary, backlog: Backlog | undefined): Promise<void>;
 }
+
+type RelayRequest = middy.Request<RelayEvent, Summary, Error, Context>;
 
 /**
  * Adds this invocation's metrics, after it succeeded or failed; Powertools' logMetrics middleware
  * (used before this one, so its after/onError run after these) publishes them. Never throws: a
  * metric must not fail an invocation that relayed its rows.
  */
-export function invocationMetrics(deps: InvocationMetricsDeps): middy.MiddlewareObj<ScheduledEvent, Summary, Error, Context> {
-  const record = async (request: middy.Request<ScheduledEvent, Summary, Error, Context>, summary: Summary | undefined): Promise<void> => {
+export function invocationMetrics(deps: InvocationMetricsDeps): middy.MiddlewareObj<RelayEvent, Summary, Error, Context> {
+  const record = async (request: RelayRequest, summary: Summary | undefined): Promise<Backlog | undefined> => {
     const metrics = deps.metrics();
-    if (!metrics) return;
+    if (!metrics) return undefined;
     try {
       if (summary) addSummaryMetrics(metrics, summary);
       const budget = Math.min(BACKLOG_BUDGET_MS, request.context.getRemainingTimeInMillis() - BACKLOG_RESERVE_MS);
       if (budget < BACKLOG_MIN_MS) {
         deps.logger().warn('backlog metrics skipped: too little time left before the Lambda timeout (raise OUTBOX_SAFETY_MARGIN_MS)', { remainingMs: request.context.getRemainingTimeInMillis() });
-        return;
+        return undefined;
       }
       const backlog = await deps.backlog(new Deadline(Date.now() + budget));
       if (backlog) addBacklogMetrics(metrics, backlog);
       else deps.logger().info('backlog metrics skipped: no healthy database connection after this invocation');
+      return backlog;
     } catch (err) {
       deps.logger().warn('backlog metrics skipped: reading the table failed', { error: err });
+      return undefined;
     }
   };
   return {
     after: async (request) => {
-      await record(request, request.response ?? undefined);
+      const backlog = await record(request, request.response ?? undefined);
+      if (request.response) await deps.afterBacklog?.(request, request.response, backlog);
     },
     onError: async (request) => {
       await record(request, (request.error as { summary?: Summary } | null)?.summary);

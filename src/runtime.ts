@@ -236,20 +236,26 @@ export class Runtime {
    * how a lingering invocation learns of new rows: LISTEN through a transaction pooler succeeds
    * but hears nothing, so poll.
    */
-  private outboxConfig(): Config['outbox'] {
+  private outboxConfig(helper: boolean): Config['outbox'] {
     const o = this.config.outbox;
-    return !this.prepare && this.config.database.prepare ? { ...o, wake: 'poll' } : o;
+    const wake = !this.prepare && this.config.database.prepare ? 'poll' : o.wake;
+    // a helper of fan-out (src/fanout.ts) never lingers: it ends at its first claim that finds nothing
+    const idle = helper ? 'exit' : o.idle;
+    return wake === o.wake && idle === o.idle ? o : { ...o, wake, idle };
   }
 
-  /** One invocation: the loop of docs/DESIGN.md ("The invocation loop"), deadline = now + remaining - safety margin. */
-  async invoke(remainingMs: number, logger: Logger = this.logger): Promise<Summary> {
+  /**
+   * One invocation: the loop of docs/DESIGN.md ("The invocation loop"), deadline = now + remaining
+   * - safety margin. `helper`: started by another invocation's fan-out.
+   */
+  async invoke(remainingMs: number, logger: Logger = this.logger, { helper = false } = {}): Promise<Summary> {
     const deadline = Deadline.fromRemaining(remainingMs, this.config.outbox.safetyMarginMs);
     // a cold start: the Kafka client's module loads while the database connects (a no-op once loaded)
     if (!this.publisherInstance) preloadKafkaClient(this.config.kafka.client);
     const deps = (store: OutboxStore) => ({
       store,
       publisher: this.publisher(),
-      config: this.outboxConfig(),
+      config: this.outboxConfig(helper),
       logger,
       pauseAfterPublishMs: this.config.testPauseAfterPublishMs,
     });

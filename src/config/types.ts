@@ -105,6 +105,11 @@ export interface Config {
     tracing: boolean;
   };
   /**
+   * OUTBOX_FANOUT_MAX: up to this many invocations work at once on a backlog, the schedule's and
+   * the helpers it starts (src/fanout.ts); 1 = off
+   */
+  fanoutMax: number;
+  /**
    * test-only fault injection: pause this long after the broker acked a batch, before its marks
    * commit; 0 in a build (src/test-hooks.ts)
    */
