@@ -4,6 +4,7 @@ import { Metrics } from '@aws-lambda-powertools/metrics';
 import { loadConfig } from '../../src/config.ts';
 import { ConfigError } from '../../src/errors.ts';
 import { fanOut, helperEvent, helperMarker, helpersWanted } from '../../src/fanout.ts';
+import type { Logger } from '../../src/log.ts';
 import { newSummary } from '../../src/loop/summary.ts';
 import type { Backlog } from '../../src/outbox/admin.ts';
 
@@ -67,7 +68,13 @@ describe('fan-out: the step after the backlog read (fanOut)', () => {
   const recorded = () => {
     const metrics = new Metrics({ namespace: 'Test', serviceName: 'test' });
     const warnings: Array<{ message: string; extra: unknown }> = [];
-    const logger = { debug: () => undefined, info: () => undefined, error: () => undefined, warn: (message: string, extra: unknown) => warnings.push({ message, extra }) };
+    const logger: Logger = {
+      debug: () => undefined,
+      info: () => undefined,
+      error: () => undefined,
+      warn: (message: string, extra?: unknown) => void warnings.push({ message, extra }),
+      child: () => logger,
+    };
     const values = () => {
       const record = metrics.serializeMetrics() as unknown as Record<string, unknown>;
       return Object.fromEntries(['HelpersStarted', 'HelpersNotStarted', 'HelpersFoundNothing'].filter((k) => k in record).map((k) => [k, record[k]]));
