@@ -37,6 +37,7 @@ function parameterProblems(service) {
     );
   }
   problems.push(...tags(service).problems);
+  problems.push(...fanoutProblems(env, service));
   if (env.DATABASE_AUTH === 'iam') {
     const parts = statement('RelayDatabaseIamPolicy').Resource['Fn::Join'][1];
     const dbuser = String(parts[parts.length - 1]);
@@ -48,6 +49,26 @@ function parameterProblems(service) {
     }
   }
   return problems;
+}
+
+/**
+ * fanoutMax: a whole number from 1 (off), and at most the function's reserved concurrency: past it
+ * Lambda would queue or throttle the helpers, and the next tick with them.
+ */
+function fanoutProblems(env, service) {
+  const raw = String(env.OUTBOX_FANOUT_MAX ?? '1');
+  const reserved = Number(service.functions && service.functions.relay && service.functions.relay.reservedConcurrency);
+  if (!/^\d+$/.test(raw) || Number(raw) < 1) {
+    return [`fanoutMax=${JSON.stringify(raw)} is not a whole number of invocations: 1 turns fan-out off, N > 1 lets up to N work at once on a backlog`];
+  }
+  if (Number.isInteger(reserved) && Number(raw) > reserved) {
+    return [
+      `fanoutMax=${raw} is more than reservedConcurrency=${reserved}: fan-out would run more invocations at once than the function may. ` +
+        `Raise reservedConcurrency to ${Number(raw) + 1} (fanoutMax + 1 leaves room for the next tick), or lower fanoutMax ` +
+        '(docs/operations.md, Fan-out on backlog)',
+    ];
+  }
+  return [];
 }
 
 const TAG = /^[\p{L}\p{Z}\p{N}_.:/=+@-]*$/u;

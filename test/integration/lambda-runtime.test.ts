@@ -166,7 +166,7 @@ describe('the packaged zip under the Lambda Runtime Interface Emulator', () => {
     assert.equal((await consumeAll([f.topic('order')], 2_300, 30_000)).length, 2_300);
   });
 
-  it("only the configured Kafka client is loaded: a cold start with kafkajs loads no code of @platformatic/kafka, and one with platformatic none of kafkajs; the first invocation loads the configured one even with nothing to publish (while the database connects), and each relays its rows from the zip", async () => {
+  it("only the configured Kafka client is loaded: a cold start with kafkajs loads no code of @platformatic/kafka, and one with platformatic none of kafkajs (and with fan-out off, none of @aws-sdk/client-lambda); the first invocation loads the configured one even with nothing to publish (while the database connects), and each relays its rows from the zip", async () => {
     const library = { kafkajs: 'kafkajs', platformatic: '@platformatic/kafka' } as const;
     for (const client of ['kafkajs', 'platformatic'] as const) {
       const other = client === 'kafkajs' ? 'platformatic' : 'kafkajs';
@@ -192,6 +192,8 @@ describe('the packaged zip under the Lambda Runtime Interface Emulator', () => {
       assert.ok(!packages.has(library[other]), `${client}: no code of ${library[other]} was loaded; loaded: ${files.join(', ')}`);
       // tracing is off by default: none of the tracer's code either
       assert.ok(!TRACER.some((p) => packages.has(p)) && !files.some((file) => file.startsWith('chunks/tracing-')), `${client}: no tracer code without OUTBOX_TRACING; loaded: ${files.join(', ')}`);
+      // fan-out is off by default: none of the Lambda client's code (src/fanout-invoke.ts) either
+      assert.ok(!packages.has('@aws-sdk/client-lambda'), `${client}: no @aws-sdk/client-lambda code without OUTBOX_FANOUT_MAX; loaded: ${files.join(', ')}`);
       await e.stop();
     }
   });

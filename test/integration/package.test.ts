@@ -246,6 +246,7 @@ describe('packaged for AWS (stage prod, default parameters)', () => {
       KAFKA_SSL_REJECT_UNAUTHORIZED: 'true',
       OUTBOX_KAFKA_CLIENT: 'kafkajs',
       OUTBOX_COMPRESSION: 'none',
+      OUTBOX_FANOUT_MAX: '1',
       OUTBOX_MAX_MESSAGE_BYTES: '',
       OUTBOX_TABLE: 'outbox',
       OUTBOX_BATCH_SIZE: '500',
@@ -302,7 +303,7 @@ describe('packaged for AWS (stage prod, default parameters)', () => {
     const topic = props(t, 'RelayAlarmTopic');
     assert.equal(topic.TopicName, 'outbox-relay-prod-alarms');
     const alarms = ofType(t, 'AWS::CloudWatch::Alarm');
-    assert.equal(alarms.length, 7);
+    assert.equal(alarms.length, 8);
     for (const id of alarms) assert.deepEqual([props(t, id).AlarmActions, props(t, id).OKActions], [[{ Ref: 'RelayAlarmTopic' }], [{ Ref: 'RelayAlarmTopic' }]], id);
     const near = props(t, 'DurationNearTimeoutAlarm');
     const [duration, share] = near.Metrics as Obj[];
@@ -339,6 +340,7 @@ describe('packaged for AWS (stage prod, default parameters)', () => {
     assertNoWildcards(statements);
     assert.ok(!statements.some((s) => touches(s, 'kms')), 'no kms permission without kmsKeyArn');
     assert.ok(!statements.some((s) => touches(s, 'rds-db')), 'no rds-db permission without databaseAuth=iam');
+    assert.ok(!statements.some((s) => touches(s, 'lambda')), 'no lambda permission with fan-out off (fanoutMax 1)');
     // the first tick must not run before the secrets policy is attached
     assert.ok(list(t.Resources.RelayLambdaFunction?.DependsOn).includes('RelaySecretsPolicy'));
   });
@@ -433,7 +435,7 @@ describe('packaged for AWS (stage prod, default parameters)', () => {
   });
 });
 
-describe('packaged for AWS with VPC, KMS key, RDS IAM authentication, reserved concurrency and a longer timeout', () => {
+describe('packaged for AWS with VPC, KMS key, RDS IAM authentication, reserved concurrency, fan-out and a longer timeout', () => {
   let t: Template;
   before(() => {
     t = packageWith([
@@ -441,6 +443,7 @@ describe('packaged for AWS with VPC, KMS key, RDS IAM authentication, reserved c
       `kafkaBrokers=${BROKERS}`,
       `kmsKeyArn=${KMS_KEY}`,
       'reservedConcurrency=3',
+      'fanoutMax=3',
       'timeout=120',
       'subnetIds=subnet-0aaa,subnet-0bbb',
       'securityGroupIds=sg-0ccc',
@@ -461,6 +464,12 @@ describe('packaged for AWS with VPC, KMS key, RDS IAM authentication, reserved c
     assert.deepEqual(list(s.Resource), [
       { 'Fn::Join': ['', ['arn:', { Ref: 'AWS::Partition' }, ':rds-db:', { Ref: 'AWS::Region' }, ':', { Ref: 'AWS::AccountId' }, ':dbuser:db-ABCDEFGHIJKLMNOPQRSTUVWXY/relay']] },
     ]);
+  });
+
+  it("fans out: OUTBOX_FANOUT_MAX=3, and lambda:InvokeFunction on the function's own ARN, nothing more", () => {
+    assert.equal(((theFunction(t).p.Environment as Obj).Variables as Obj).OUTBOX_FANOUT_MAX, '3');
+    const invoke = roleStatements(t).filter((s) => touches(s, 'lambda'));
+    assert.deepEqual(invoke, [{ Sid: 'StartHelpersOfItself', Effect: 'Allow', Action: 'lambda:InvokeFunction', Resource: { 'Fn::GetAtt': ['RelayLambdaFunction', 'Arn'] } }]);
   });
 
   it('uses the given timeout and reserved concurrency', () => {
@@ -533,7 +542,7 @@ describe('packaged for AWS with tracing, tags, a permissions boundary, and an al
       { Key: 'cost-center', Value: '42' },
     ];
     const tagged = ['IamRoleLambdaExecution', 'RelayLambdaFunction', 'RelayLogGroup', ...ofType(t, 'AWS::CloudWatch::Alarm')];
-    assert.equal(tagged.length, 10);
+    assert.equal(tagged.length, 11);
     for (const id of tagged) assert.deepEqual(props(t, id).Tags, tags, id);
   });
 
@@ -606,10 +615,10 @@ describe('packaged for AWS with MSK IAM access control', () => {
     assert.ok(!existsSync(join(dir, 'cloudformation-template-update-stack.json')), 'nothing was packaged');
   });
 
-  it('G8: kafkaAuth=iam with no topic prefix (empty topicPrefix, a template starting with a placeholder) and malformed tags: refused, naming the parameters', () => {
+  it('G8: kafkaAuth=iam with no topic prefix (empty topicPrefix, a template starting with a placeholder), malformed tags, fanoutMax > reservedConcurrency: refused, naming the parameters', () => {
     const dir = mkdtempSync(join(tmpdir(), 'outbox-relay-package-'));
     tmpDirs.push(dir);
-    const params = [`databaseSecretArn=${DB_SECRET}`, `kafkaBrokers=${BROKERS}`, 'kafkaAuth=iam', `mskClusterArn=${CLUSTER}`, 'topicTemplate={aggregatetype}.events', 'tags=team'];
+    const params = [`databaseSecretArn=${DB_SECRET}`, `kafkaBrokers=${BROKERS}`, 'kafkaAuth=iam', `mskClusterArn=${CLUSTER}`, 'topicTemplate={aggregatetype}.events', 'tags=team', 'fanoutMax=5'];
     const res = spawnSync('bash', ['scripts/package.sh', ...params.map((p) => `--param=${p}`)], {
       cwd: root,
       env: { ...process.env, STAGE: 'prod', REGION: 'us-east-1', PACKAGE_DIR: dir },
@@ -621,6 +630,7 @@ describe('packaged for AWS with MSK IAM access control', () => {
     assert.match(out, /kafkaAuth=iam with an empty topicPrefix and a topicTemplate that starts with a placeholder \("\{aggregatetype\}\.events"\)/);
     assert.match(out, /set topicPrefix/);
     assert.match(out, /tags: "team" is not a tag: give comma-separated key=value pairs/);
+    assert.match(out, /fanoutMax=5 is more than reservedConcurrency=2: .* Raise reservedConcurrency to 6 \(fanoutMax \+ 1 leaves room for the next tick\), or lower fanoutMax/);
     assert.ok(!existsSync(join(dir, 'cloudformation-template-update-stack.json')), 'nothing was packaged');
   });
 });

@@ -282,6 +282,7 @@ function expectedAlarms(stage: string): Record<string, AlarmSpec> {
     NoInvocationsAlarm: { namespace: 'AWS/Lambda', metric: 'Invocations', dimensions: lambda, statistic: 'Sum', operator: 'LessThanThreshold', threshold: 1, minutes: 5, missing: 'breaching' },
     ThrottlesAlarm: { namespace: 'AWS/Lambda', metric: 'Throttles', dimensions: lambda, statistic: 'Sum', operator: 'GreaterThanThreshold', threshold: 0, minutes: 5, missing: 'notBreaching' },
     AsyncEventsDroppedAlarm: { namespace: 'AWS/Lambda', metric: 'AsyncEventsDropped', dimensions: lambda, statistic: 'Sum', operator: 'GreaterThanThreshold', threshold: 0, minutes: 3, missing: 'notBreaching' },
+    HelpersNotStartedAlarm: { namespace: 'OutboxRelay', metric: 'HelpersNotStarted', dimensions: relay, statistic: 'Sum', operator: 'GreaterThanThreshold', threshold: 0, minutes: 5, missing: 'notBreaching' },
   };
 }
 
@@ -319,8 +320,36 @@ describe('serverless.yml: RDS IAM authentication', () => {
   });
 });
 
+describe('serverless.yml: fan-out on backlog', () => {
+  const fanoutPolicy = (t: Resolved): Obj | undefined => {
+    const r = t.resources.Resources.RelayFanoutPolicy as { Condition?: string } | undefined;
+    return r && condition(t, r.Condition!) ? resourcesOfType(t, 'AWS::IAM::Policy').RelayFanoutPolicy : undefined;
+  };
+
+  it('off by default: OUTBOX_FANOUT_MAX=1 and no lambda:InvokeFunction at all', () => {
+    const t = deployed();
+    assert.equal(String(t.provider.environment.OUTBOX_FANOUT_MAX), '1');
+    assert.equal(fanoutPolicy(t), undefined);
+    const policies = Object.values(t.resources.Resources).filter((r) => {
+      const c = (r as { Condition?: string }).Condition;
+      return r.Type === 'AWS::IAM::Policy' && (c === undefined || condition(t, c));
+    });
+    assert.doesNotMatch(JSON.stringify(effective(t, policies as unknown as Json)), /lambda:/);
+  });
+
+  it("fanoutMax=3: OUTBOX_FANOUT_MAX=3, and lambda:InvokeFunction on the function's own ARN only, on its role", () => {
+    const t = deployed({ fanoutMax: '3', reservedConcurrency: '4' });
+    assert.equal(t.provider.environment.OUTBOX_FANOUT_MAX, '3');
+    const policy = fanoutPolicy(t)!;
+    assert.deepEqual(policy.Roles, [{ Ref: 'IamRoleLambdaExecution' }]);
+    assert.deepEqual((policy.PolicyDocument as Obj).Statement, [
+      { Sid: 'StartHelpersOfItself', Effect: 'Allow', Action: 'lambda:InvokeFunction', Resource: { 'Fn::GetAtt': ['RelayLambdaFunction', 'Arn'] } },
+    ]);
+  });
+});
+
 describe('serverless.yml: alarms', () => {
-  it('six alarms on one metric each, with its namespace and dimensions, its threshold, N of N one-minute periods and missing-data rule', () => {
+  it('seven alarms on one metric each, with its namespace and dimensions, its threshold, N of N one-minute periods and missing-data rule', () => {
     const t = deployed();
     const { DurationNearTimeoutAlarm, ...alarms } = resourcesOfType(t, 'AWS::CloudWatch::Alarm');
     assert.ok(DurationNearTimeoutAlarm, 'and the duration alarm, on a metric expression (the next test)');
@@ -355,7 +384,7 @@ describe('serverless.yml: alarms', () => {
       assert.deepEqual(telemetry, { serviceName: 'outbox-relay', stage, metricsNamespace: 'Team/Outbox', metrics: 'stdout', tracing: false });
       const alarms = resourcesOfType(t, 'AWS::CloudWatch::Alarm');
       const own = Object.values(alarms).filter((a) => a.Namespace !== 'AWS/Lambda' && a.Metrics === undefined);
-      assert.equal(own.length, 2);
+      assert.equal(own.length, 3);
       for (const a of own) {
         assert.equal(a.Namespace, telemetry.metricsNamespace);
         assert.deepEqual(a.Dimensions, [
@@ -376,6 +405,7 @@ describe('serverless.yml: alarms', () => {
       alarmNoInvocationMinutes: '15',
       alarmThrottleMinutes: '4',
       alarmDroppedMinutes: '6',
+      alarmFanoutMinutes: '7',
     });
     const a = resourcesOfType(t, 'AWS::CloudWatch::Alarm');
     const picked = Object.fromEntries(Object.entries(a).map(([id, p]) => [id, [p.Threshold, p.EvaluationPeriods, p.DatapointsToAlarm]]));
@@ -386,6 +416,7 @@ describe('serverless.yml: alarms', () => {
       NoInvocationsAlarm: [1, '15', '15'],
       ThrottlesAlarm: [0, '4', '4'],
       AsyncEventsDroppedAlarm: [0, '6', '6'],
+      HelpersNotStartedAlarm: [0, '7', '7'],
       DurationNearTimeoutAlarm: [0.5, 1, 1],
     });
   });
