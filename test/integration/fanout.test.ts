@@ -138,8 +138,8 @@ describe('fan-out, as deployed', () => {
     const api = await deployed(f, 3, {});
     const first = summaryOf(await tick(api), api);
     assert.equal(first.stoppedBecause, 'budget', JSON.stringify(first));
-    assert.ok((await counts(sql, f.table)).pending > first.claimed, 'more rows left than it moved');
     assert.equal(api.invocations.length, 1, 'the tick alone');
+    assert.ok((await counts(sql, f.table)).pending > first.claimed, 'more rows left than it moved');
     assert.equal(api.throttled.length, 0);
     assert.equal(metricSum(api, 'HelpersStarted') + metricSum(api, 'HelpersNotStarted'), 0);
   });
@@ -152,7 +152,8 @@ describe('fan-out, as deployed', () => {
     for (let i = 0; i < 10 && (await counts(sql, f.table)).pending > 0; i++) ticks.push(await tick(api));
     assert.equal((await counts(sql, f.table)).pending, 0, `not drained in ${ticks.length} ticks\n${api.output()}`);
     const started = helpers(api);
-    assert.ok(started.length >= 1, 'helpers were started');
+    const summaries = () => JSON.stringify(api.invocations.map((i) => [helperMarker(i.event) ? 'helper' : 'tick', i.outcome]));
+    assert.ok(started.length >= 1, `helpers were started: ${summaries()}`);
     assert.ok(api.maxRunning <= 2, `at most 2 at once: ${api.maxRunning}`);
     for (const h of started) assert.equal(summaryOf(h, api).waitedMs.idle, 0, `a helper never waits for new rows: ${JSON.stringify(summaryOf(h, api))}`);
 

@@ -86,19 +86,13 @@ export class LambdaInvokeApi {
     await Promise.all(this.all.map((e) => e.stop()));
   }
 
-  private async acquire(): Promise<Emulator | undefined> {
+  /** An idle emulator, else a new one's start, else undefined (all busy); decided at once, before any await. */
+  private acquire(): Promise<Emulator> | undefined {
     const warm = this.idle.pop();
-    if (warm) return warm;
+    if (warm) return Promise.resolve(warm);
     if (this.slots >= this.concurrency) return undefined;
     this.slots++;
-    try {
-      const e = await this.startEmulator(this.env());
-      this.all.push(e);
-      return e;
-    } catch (err) {
-      this.slots--;
-      throw err;
-    }
+    return this.startEmulator(this.env()).then((e) => (this.all.push(e), e));
   }
 
   private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
@@ -112,8 +106,8 @@ export class LambdaInvokeApi {
     const functionName = decodeURIComponent(m[1]!);
     const event = JSON.parse(Buffer.concat(chunks).toString('utf8') || '{}') as Record<string, unknown>;
     const type = req.headers['x-amz-invocation-type'] === 'Event' ? 'Event' : 'RequestResponse';
-    // a slot is taken before the first await: two calls at once cannot both get the last one
-    const emulator = await this.acquire().catch(() => undefined);
+    // a slot is taken before any await: two calls at once cannot both get the last one
+    const emulator = this.acquire();
     if (!emulator) {
       this.throttled.push({ functionName, event, at: Date.now() });
       // as Lambda answers when the function's reserved concurrency is in use
@@ -125,11 +119,13 @@ export class LambdaInvokeApi {
     const recorded: Recorded = { functionName, type, event, startedAt: Date.now() };
     this.invocations.push(recorded);
     this.maxRunning = Math.max(this.maxRunning, ++this.running);
-    const run = emulator.invoke(event).then((outcome) => {
+    // an Event is answered at once, as Lambda queues it: the emulator (a cold start) comes after
+    const run = emulator.then(async (e) => {
+      const outcome = await e.invoke(event);
       recorded.outcome = outcome;
       recorded.endedAt = Date.now();
       this.running--;
-      this.idle.push(emulator);
+      this.idle.push(e);
       return outcome;
     });
     if (type === 'Event') {
