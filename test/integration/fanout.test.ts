@@ -115,7 +115,7 @@ describe('fan-out, as deployed', () => {
 
   it('a full pool (429 TooManyRequestsException): the tick that wanted a helper succeeds, logs and counts it (HelpersNotStarted), and the rows go with the next ticks, each once', async () => {
     const f = await fixture(sql, 'fanoutfull');
-    const ids = await backlogOf(f, 20_000, 50);
+    const ids = await backlogOf(f, 30_000, 50);
     // one execution environment: the tick holds it while it starts its helper
     const api = await deployed(f, 1, { OUTBOX_FANOUT_MAX: '2' });
     const first = summaryOf(await tick(api), api);
@@ -127,14 +127,14 @@ describe('fan-out, as deployed', () => {
     const warning = api.jsonLines().find((l) => l.message === 'helpers not started: their rows stay claimable for the next tick');
     assert.match(JSON.stringify(warning), /TooManyRequestsException/);
     for (let i = 0; i < 10 && (await counts(sql, f.table)).pending > 0; i++) summaryOf(await tick(api), api);
-    assert.deepEqual(await counts(sql, f.table), { total: 20_000, sent: 20_000, parked: 0, pending: 0 });
+    assert.deepEqual(await counts(sql, f.table), { total: 30_000, sent: 30_000, parked: 0, pending: 0 });
     assert.equal(helpers(api).length, 0, 'no helper ever ran');
     await arrivedOnceInOrder(f, ids);
   });
 
   it('fan-out off (the default): a tick that stops on its budget with a backlog starts no helper', async () => {
     const f = await fixture(sql, 'fanoutoff');
-    await backlogOf(f, 20_000, 50);
+    await backlogOf(f, 30_000, 50);
     const api = await deployed(f, 3, {});
     const first = summaryOf(await tick(api), api);
     assert.equal(first.stoppedBecause, 'budget', JSON.stringify(first));
@@ -146,7 +146,7 @@ describe('fan-out, as deployed', () => {
 
   it("linger mode: a lingering tick that stops on its budget with a backlog starts helpers, which never linger; a drained tick lingers and starts none; a helper on an empty table ends after one claim (HelpersFoundNothing)", async () => {
     const f = await fixture(sql, 'fanoutlinger');
-    const ids = await backlogOf(f, 20_000, 50);
+    const ids = await backlogOf(f, 30_000, 50);
     const api = await deployed(f, 3, { OUTBOX_FANOUT_MAX: '2', OUTBOX_IDLE: 'linger' });
     const ticks: Recorded[] = [];
     for (let i = 0; i < 10 && (await counts(sql, f.table)).pending > 0; i++) ticks.push(await tick(api));
