@@ -35,6 +35,7 @@ import { DebeziumPeer, type PeerCpu } from './debezium/peer.ts';
 import { peerReport } from './debezium/report.ts';
 import { benchMarks } from './marks.ts';
 import { benchScale } from './scale.ts';
+import { notMeasured } from './measured.ts';
 import { benchBurst, benchSustained, SENT_ROWS_WAYS, type RetentionBenchContext, type SentRowsWay } from './retention.ts';
 import { UnguardedStore } from './stores.ts';
 import { addWaitingRows, WAITING_ROWS, type WaitingKind } from './waiting.ts';
@@ -151,7 +152,10 @@ async function deleteCreatedTopics(): Promise<void> {
   const admin = kafka.admin();
   try {
     await admin.connect();
-    await admin.deleteTopics({ topics: created, timeout: 30_000 });
+    // the Debezium peer deletes its own topics; a missing one would fail the whole request
+    const existing = new Set(await admin.listTopics());
+    const topics = created.filter((t) => existing.has(t));
+    if (topics.length) await admin.deleteTopics({ topics, timeout: 30_000 });
   } catch (e) {
     console.error(`bench: could not delete its ${created.length} topics (${String(e)}); they stay on the broker`);
   } finally {
@@ -202,6 +206,8 @@ interface Result {
   cpu?: CpuSample | PeerCpu;
   /** the Debezium peer's run counted from the connector's resume (the headline counts from its first message) */
   fromResume?: { events: number; ms: number; perSec: number; cpu?: PeerCpu };
+  /** the Debezium peer's messages read back and matched to the table (bench/measured.ts) */
+  readBack?: number;
   note?: string;
 }
 const runDir = new URL('../.cache/run', import.meta.url).pathname;
@@ -509,7 +515,8 @@ async function measureAll(
       const r = await phase();
       // a figure that is missing or not a number, or fewer events than were sent: the bench no
       // longer measures what it says (never print NaN)
-      if (!(r.perSec > 0) || !Number.isFinite(r.perSec) || r.events !== N) throw new Error(`${r.name}: ${r.events} events of ${N} measured, ${r.perSec} events/s`);
+      const problem = notMeasured(r, N);
+      if (problem) throw new Error(problem);
       all.get(key)!.push(r);
       process.stderr.write(`  run ${i + 1}/${REPEAT} ${r.name}: ${r.perSec} events/s${r.cpu ? `  cpu ${cpuText(r)}` : ''}${r.note ? `\n      ${r.note}` : ''}\n`);
     }

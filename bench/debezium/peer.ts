@@ -47,6 +47,8 @@ export interface PeerResult {
   cpu?: PeerCpu;
   /** the same run counted from the resume: the task's restart included */
   fromResume?: { events: number; ms: number; perSec: number; cpu?: PeerCpu };
+  /** messages read back from the topic, each matched to its row once (verify) */
+  readBack: number;
   note?: string;
 }
 
@@ -173,9 +175,9 @@ export class DebeziumPeer {
       // (connections, slot checks, the producer's first metadata), a cost of stop/start only.
       const streaming = window(first!, ended);
       const whole = window(resumed, ended);
-      const r: PeerResult = { name: label, events: streaming.events, ms: streaming.ms, perSec: rate(streaming), cpu: streaming.cpu, fromResume: { ...whole, perSec: rate(whole) } };
+      const r: PeerResult = { name: label, events: streaming.events, ms: streaming.ms, perSec: rate(streaming), cpu: streaming.cpu, fromResume: { ...whole, perSec: rate(whole) }, readBack: checked.count };
       const total = (c?: PeerCpu) => (c ? `, ${Math.round(((c.connect + c.walsender + c.postgres + c.broker) * 1e6) / events)} ms CPU per 1k events` : '');
-      r.note = `Connect's threads (ms CPU per 1k events): ${topThreads(first!, ended, streaming.events)}\n      counted from the first message (${Math.round(first!.at - resumed.at)} ms after the resume, ${first!.done} events in); from the resume: ${rate(whole)} events/s${total(whole.cpu)}; ${checked}`;
+      r.note = `Connect's threads (ms CPU per 1k events): ${topThreads(first!, ended, streaming.events)}\n      counted from the first message (${Math.round(first!.at - resumed.at)} ms after the resume, ${first!.done} events in); from the resume: ${rate(whole)} events/s${total(whole.cpu)}; ${checked.text}`;
       return r;
     } finally {
       await cleanup();
@@ -266,7 +268,7 @@ export class DebeziumPeer {
    * Reads the topic back: exactly one message per row (none lost, none twice), keyed by the row's
    * aggregateid, with its id and type headers. Outside the clock.
    */
-  private async verify(name: string, topic: string, table: string, events: number): Promise<string> {
+  private async verify(name: string, topic: string, table: string, events: number): Promise<{ count: number; text: string }> {
     const rows = await this.ctx.sql.unsafe<{ id: string; aggregateid: string }[]>(`SELECT id::text, aggregateid FROM ${qualified(parseTableName(table))}`);
     const keyOf = new Map(rows.map((r) => [r.id, r.aggregateid]));
     const seen = new Set<string>();
@@ -311,7 +313,7 @@ export class DebeziumPeer {
     if (end !== events) problems.push(`the topic holds ${end} messages for ${events} rows`);
     if (seen.size !== events) problems.push(`${seen.size} distinct rows of ${events}`);
     if (problems.length) throw new Error(`Debezium's messages do not match the table: ${problems.join('; ')}`);
-    return `read back: ${count} messages = ${events} rows, each once, key = aggregateid; headers: ${[...headerNames].join(', ')}`;
+    return { count, text: `read back: ${count} messages = ${events} rows, each once, key = aggregateid; headers: ${[...headerNames].join(', ')}` };
   }
 }
 
