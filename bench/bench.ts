@@ -31,7 +31,7 @@ import { OutboxStore } from '../src/outbox/store.ts';
 import { runInvocation } from '../src/relay.ts';
 import { measuredCommit } from './commit.ts';
 import { CpuMeter, parentPid, type CpuSample } from './cpu.ts';
-import { DebeziumPeer, type PeerCpu } from './debezium/peer.ts';
+import { DebeziumPeer, walLsn, type PeerCleanup, type PeerCpu } from './debezium/peer.ts';
 import { peerReport } from './debezium/report.ts';
 import { benchMarks } from './marks.ts';
 import { benchScale } from './scale.ts';
@@ -206,6 +206,10 @@ interface Result {
   cpu?: CpuSample | PeerCpu;
   /** the Debezium peer's run counted from the connector's resume (the headline counts from its first message) */
   fromResume?: { events: number; ms: number; perSec: number; cpu?: PeerCpu };
+  /** WAL the server wrote during the measurement (all sessions': the bench runs alone under the lock) */
+  walBytes?: number;
+  /** the Debezium peer's table cleanup (bench/debezium/peer.ts PeerCleanup) */
+  cleanup?: PeerCleanup;
   /** the Debezium peer's messages read back and matched to the table (bench/measured.ts) */
   readBack?: number;
   note?: string;
@@ -213,6 +217,7 @@ interface Result {
 const runDir = new URL('../.cache/run', import.meta.url).pathname;
 let meter = new CpuMeter(runDir);
 let cpuStart: CpuSample | undefined;
+let walStart = 0n;
 // BENCH_CPU_PROFILE=dir writes a V8 CPU profile of each measurement (only the timed part) there
 const profileDir = process.env.BENCH_CPU_PROFILE;
 let profiler: Session | undefined;
@@ -225,12 +230,14 @@ async function startClock(): Promise<number> {
     await profiler.post('Profiler.enable');
     await profiler.post('Profiler.start');
   }
+  walStart = await walLsn(sql);
   cpuStart = meter.available ? meter.sample() : undefined;
   return performance.now();
 }
 async function result(name: string, events: number, start: number): Promise<Result> {
   const ms = performance.now() - start;
   const cpu = cpuStart ? CpuMeter.diff(cpuStart, meter.sample()) : undefined;
+  const walBytes = Number((await walLsn(sql)) - walStart);
   if (profiler) {
     const { profile } = await profiler.post('Profiler.stop');
     const file = `${profileDir}/${run}-${name.replace(/[^a-z0-9]+/gi, '-')}.cpuprofile`;
@@ -239,7 +246,7 @@ async function result(name: string, events: number, start: number): Promise<Resu
     profiler = undefined;
     process.stderr.write(`  profile: ${file}\n`);
   }
-  return { name, events, ms, perSec: Math.round((events / ms) * 1000), cpu };
+  return { name, events, ms, perSec: Math.round((events / ms) * 1000), cpu, walBytes };
 }
 
 /** `named`: named prepared statements (DATABASE_PREPARE=true, the default), or unnamed ones only */

@@ -47,8 +47,12 @@ export interface PeerResult {
   cpu?: PeerCpu;
   /** the same run counted from the resume: the task's restart included */
   fromResume?: { events: number; ms: number; perSec: number; cpu?: PeerCpu };
+  /** WAL written from the resume to the last message (the server's, all sessions) */
+  walBytes?: number;
   /** messages read back from the topic, each matched to its row once (verify) */
   readBack: number;
+  /** the table's cleanup Debezium needs, measured after the read-back (see cleanup()) */
+  cleanup?: PeerCleanup;
   note?: string;
 }
 
@@ -62,6 +66,21 @@ export interface StreamingConnector {
   /** the slot's walsender now (null: none): another pid than `walsender` means its CPU was missed */
   slotHolder(): Promise<number | null>;
   stop(): Promise<void>;
+}
+
+/**
+ * Debezium leaves every row in the table: its outbox documentation has the application delete the
+ * row it inserts, or a job prune the table. The bench measures the job, one DELETE of the relayed
+ * rows then a VACUUM, until the walsender has decoded the deletes (they are in the WAL it reads,
+ * whatever the publication sends on) and is idle again. CPU seconds of the backend that ran them
+ * (and autovacuum, if it ran), of the walsender, of Connect, and the WAL they wrote.
+ */
+export interface PeerCleanup {
+  postgres: number;
+  walsender: number;
+  connect: number;
+  walBytes: number;
+  events: number;
 }
 
 interface ConnectorStatus {
@@ -149,6 +168,7 @@ export class DebeziumPeer {
         walsender: walsender === null ? 0 : processCpu(walsender),
         meter: this.ctx.meter.available ? this.ctx.meter.sample() : undefined,
       });
+      const walResumed = await walLsn(sql);
       const resumed = snapshot(0);
       await this.connect.request('PUT', `/connectors/${name}/resume`);
       let first: Snapshot | undefined;
@@ -168,14 +188,17 @@ export class DebeziumPeer {
         await sleep(first === undefined || done > events * 0.9 ? 10 : 50);
       }
       const ended = snapshot(done);
+      const walEnded = await walLsn(sql);
       await admin.disconnect();
       const checked = await this.verify(name, topic, table, events);
+      const cleanup = walsender === null ? undefined : await this.cleanup(qualified(parseTableName(table)), walsender, events);
       // The figures: from the first message on, Debezium's streaming speed through a backlog, as
       // it catches up after falling behind. From the resume they include the task's restart
       // (connections, slot checks, the producer's first metadata), a cost of stop/start only.
       const streaming = window(first!, ended);
       const whole = window(resumed, ended);
-      const r: PeerResult = { name: label, events: streaming.events, ms: streaming.ms, perSec: rate(streaming), cpu: streaming.cpu, fromResume: { ...whole, perSec: rate(whole) }, readBack: checked.count };
+      const r: PeerResult = { name: label, events: streaming.events, ms: streaming.ms, perSec: rate(streaming), cpu: streaming.cpu, fromResume: { ...whole, perSec: rate(whole) }, readBack: checked.count, cleanup };
+      r.walBytes = Number(walEnded - walResumed);
       const total = (c?: PeerCpu) => (c ? `, ${Math.round(((c.connect + c.walsender + c.postgres + c.broker) * 1e6) / events)} ms CPU per 1k events` : '');
       r.note = `Connect's threads (ms CPU per 1k events): ${topThreads(first!, ended, streaming.events)}\n      counted from the first message (${Math.round(first!.at - resumed.at)} ms after the resume, ${first!.done} events in); from the resume: ${rate(whole)} events/s${total(whole.cpu)}; ${checked.text}`;
       return r;
@@ -244,6 +267,36 @@ export class DebeziumPeer {
       // payload (→ the value), aggregatetype (→ the topic, like the relay's {aggregatetype})
       'transforms.outbox.route.topic.replacement': `bench.${run}.debezium.\${routedByValue}`,
       'transforms.outbox.table.fields.additional.placement': 'type:header:type',
+    };
+  }
+
+  /** The prune job's DELETE and VACUUM of the relayed rows, until the walsender has sent past them (PeerCleanup). */
+  private async cleanup(t: string, walsender: number, events: number): Promise<PeerCleanup | undefined> {
+    const { sql, meter } = this.ctx;
+    if (!meter.available) return undefined;
+    const pg0 = meter.sample().postgres;
+    const w0 = processCpu(walsender);
+    const jvm0 = processCpu(this.connect.pid!);
+    const lsn0 = await walLsn(sql);
+    await sql.unsafe(`DELETE FROM ${t}`);
+    await sql.unsafe(`VACUUM ${t}`);
+    const lsn1 = await walLsn(sql);
+    // the walsender has decoded the deletes once its CPU stops moving (1 s without a clock tick)
+    const deadline = Date.now() + 60_000;
+    for (let last = processCpu(walsender), still = 0; still < 4; ) {
+      await sleep(250);
+      const now = processCpu(walsender);
+      still = now === last ? still + 1 : 0;
+      last = now;
+      if (Date.now() > deadline) throw new Error(`Debezium's walsender (pid ${walsender}) was still busy 60 s after the cleanup`);
+    }
+    const walsenderCpu = processCpu(walsender) - w0;
+    return {
+      postgres: Math.max(0, meter.sample().postgres - pg0 - walsenderCpu),
+      walsender: walsenderCpu,
+      connect: processCpu(this.connect.pid!) - jvm0,
+      walBytes: Number(lsn1 - lsn0),
+      events,
     };
   }
 
@@ -349,6 +402,18 @@ function window(a: Snapshot, b: Snapshot): { events: number; ms: number; cpu?: P
 }
 
 const rate = (w: { events: number; ms: number }) => Math.round((w.events / w.ms) * 1000);
+
+/** an LSN (X/Y) as a number of bytes */
+function lsnNumber(lsn: string): bigint {
+  const [hi, lo] = lsn.split('/');
+  return (BigInt(`0x${hi}`) << 32n) + BigInt(`0x${lo}`);
+}
+
+/** where the server's WAL ends now (every session's) */
+export async function walLsn(sql: Sql): Promise<bigint> {
+  const [row] = await sql<{ lsn: string }[]>`SELECT pg_current_wal_insert_lsn()::text AS lsn`;
+  return lsnNumber(row!.lsn);
+}
 
 async function endOffsets(admin: kafkajs.Admin, topic: string): Promise<number> {
   const offsets = await admin.fetchTopicOffsets(topic);
