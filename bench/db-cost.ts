@@ -3,7 +3,8 @@
 // settings, the claim, the premark's savepoint and mark, COMMIT) over a filled table, and each is
 // charged the backend's CPU (/proc/PID/schedstat, ns) and the WAL it wrote (pg_current_wal_lsn()
 // before and after; other sessions' WAL counts too, so run it alone). Variants alternate by round.
-//   node --import tsx bench/db-cost.ts [--events 20000] [--rounds 3] [--modes keep,delete] [--variants current,generic,narrow]
+//   node --import tsx bench/db-cost.ts [--events 20000] [--rounds 3] [--modes keep,delete]
+//     [--variants current,generic,narrow]
 // (the services running; run it under the lock). docs/benchmarks/2026-12-03-database-cost.md has the results.
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -35,7 +36,11 @@ type Step = 'begin+settings' | 'claim' | 'savepoint' | 'mark' | 'commit';
 const STEPS: Step[] = ['begin+settings', 'claim', 'savepoint', 'mark', 'commit'];
 
 /** ways of running the claim, compared in the same run */
-const VARIANTS: Record<string, { claim?: (text: string, limit: number) => string; settings?: (params: string[]) => string[] }> = {
+interface Variant {
+  claim?: (text: string, limit: number) => string;
+  settings?: (params: string[]) => string[];
+}
+const VARIANTS: Record<string, Variant> = {
   current: {},
   // the LIMIT written into the text, and the plan made once per connection
   generic: {
@@ -44,11 +49,18 @@ const VARIANTS: Record<string, { claim?: (text: string, limit: number) => string
   },
   // the candidates' tuplestore holds only the columns the statement reads, not the whole row
   narrow: {
-    claim: (text) => text.replace('cand AS MATERIALIZED (SELECT * FROM', 'cand AS MATERIALIZED (SELECT seq, id, aggregatetype, aggregateid, type, payload, payload_bytes, headers_bytes, topic, headers, attempts FROM'),
+    claim: (text) =>
+      text.replace(
+        'cand AS MATERIALIZED (SELECT * FROM',
+        'cand AS MATERIALIZED (SELECT seq, id, aggregatetype, aggregateid, type, payload, '
+          + 'payload_bytes, headers_bytes, topic, headers, attempts FROM',
+      ),
   },
 };
 
-async function one(mode: SentRowsMode, round: number, variant: string): Promise<Record<Step, { ns: number; wal: number }>> {
+type Costs = Record<Step, { ns: number; wal: number }>;
+
+async function one(mode: SentRowsMode, round: number, variant: string): Promise<Costs> {
   const name = `bench_dbcost_${mode}_${Date.now().toString(36)}${round}`;
   const v = VARIANTS[variant]!;
   const table = parseTableName(name);
@@ -92,7 +104,9 @@ async function one(mode: SentRowsMode, round: number, variant: string): Promise<
       });
       const claim = store.claimStatement(BATCH, { aggregates: [], inFlight: [], topics: [], topicTemplate: '' });
       const text = v.claim ? v.claim(claim.text, BATCH) : claim.text;
-      const rows = (await step('claim', () => conn.unsafe(text, claim.params as never[], { prepare: true }))) as Array<{ seq: string; publishable: boolean }>;
+      type Claimed = Array<{ seq: string; publishable: boolean }>;
+      const claimed = () => conn.unsafe(text, claim.params as never[], { prepare: true });
+      const rows = (await step('claim', claimed)) as Claimed;
       const seqs = rows.filter((r) => r.publishable).map((r) => r.seq);
       await step('savepoint', () => conn`SAVEPOINT premark`);
       await step('mark', () => conn.unsafe(store.markText, [seqs] as never[], { prepare: true }));
@@ -105,7 +119,9 @@ async function one(mode: SentRowsMode, round: number, variant: string): Promise<
   return out;
 }
 
-for (const v of values.variants.split(',')) if (!VARIANTS[v]) throw new Error(`--variants: unknown '${v}'; choose from ${Object.keys(VARIANTS).join(', ')}`);
+for (const v of values.variants.split(',')) {
+  if (!VARIANTS[v]) throw new Error(`--variants: unknown '${v}'; choose from ${Object.keys(VARIANTS).join(', ')}`);
+}
 const modes = values.modes.split(',').flatMap((m) => values.variants.split(',').map((v) => `${m}:${v}`));
 const all = new Map<string, Array<Record<Step, { ns: number; wal: number }>>>(modes.map((m) => [m, []]));
 for (let r = 0; r < Number(values.rounds); r++) {
@@ -117,7 +133,8 @@ for (let r = 0; r < Number(values.rounds); r++) {
 const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 for (const m of modes) {
   const runs = all.get(m)!;
-  console.log(`\n${m}: µs of backend CPU / bytes of WAL per event (median of ${runs.length}, ${N} events, batch ${BATCH})`);
+  const what = `median of ${runs.length}, ${N} events, batch ${BATCH}`;
+  console.log(`\n${m}: µs of backend CPU / bytes of WAL per event (${what})`);
   let total = 0;
   let wal = 0;
   for (const s of STEPS) {

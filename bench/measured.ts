@@ -17,8 +17,12 @@ export interface Measurement {
  * window holds fewer: what must equal `sent` there is what it read back.
  */
 export function notMeasured(r: Measurement, sent: number): string | undefined {
-  if (!(r.perSec > 0) || !Number.isFinite(r.perSec)) return `${r.name}: ${r.perSec} events/s over ${r.events} events of ${sent}`;
-  if (r.readBack === undefined) return r.events === sent ? undefined : `${r.name}: ${r.events} events of ${sent} measured`;
+  if (!(r.perSec > 0) || !Number.isFinite(r.perSec)) {
+    return `${r.name}: ${r.perSec} events/s over ${r.events} events of ${sent}`;
+  }
+  if (r.readBack === undefined) {
+    return r.events === sent ? undefined : `${r.name}: ${r.events} events of ${sent} measured`;
+  }
   if (r.readBack !== sent) return `${r.name}: ${r.readBack} events of ${sent} read back`;
   if (!(r.events > 0 && r.events <= sent)) return `${r.name}: ${r.events} events timed of ${sent} sent`;
   return undefined;
