@@ -29,6 +29,7 @@ import { parseTableName, qualified } from '../src/outbox/identifier.ts';
 import { dropOutbox, migrate } from '../src/outbox/migrate.ts';
 import { OutboxStore } from '../src/outbox/store.ts';
 import { runInvocation } from '../src/relay.ts';
+import { benchCompat } from './compat.ts';
 import { measuredCommit } from './commit.ts';
 import { CpuMeter, parentPid, type CpuSample } from './cpu.ts';
 import { DebeziumPeer, walLsn, type PeerCleanup, type PeerCpu } from './debezium/peer.ts';
@@ -489,7 +490,18 @@ async function main(): Promise<void> {
         ),
     ],
   ];
-  const known = [...phases, ...optIn, ...extras].map(([k]) => k).concat(values.peer ? ['debezium'] : []);
+  // --only compat --peer debezium: the relay's messages compared with Debezium's, byte by byte (bench/compat.ts)
+  if (only?.includes('compat')) {
+    if (values.peer !== 'debezium' || only.length > 1) throw new Error('--only compat runs alone and needs --peer debezium: npm run bench -- --only compat --peer debezium');
+    process.stderr.write(`bench: commit ${COMMIT}, ${new Date().toISOString()}: compat, ${values.smoke ? 1000 : 10_000} rows\n`);
+    const figures = await benchCompat({
+      sql, kafka, env, logger, run, dir: new URL('../.cache/debezium', import.meta.url).pathname,
+      events: values.smoke ? 1_000 : 10_000, partitions: Number(values.partitions), clients: CLIENTS,
+    });
+    console.log(`\n${JSON.stringify({ commit: COMMIT, compat: figures })}`);
+    return;
+  }
+  const known = [...phases, ...optIn, ...extras].map(([k]) => k).concat(values.peer ? ['debezium', 'compat'] : []);
   const unknown = only?.filter((k) => !known.some((key) => key === k || key.split(':')[0] === k));
   if (unknown?.length) throw new Error(`--only: unknown measurement ${unknown.join(', ')}; choose from ${known.join(', ')}`);
   if (!only || values.peer || phases.some(([k]) => selected(only, k))) {

@@ -4,6 +4,10 @@ import { BUDGET, MIN_SAFETY_MARGIN_MS } from './budget.ts';
 import {
   DEFAULT_MAX_HEADER_BYTES,
   MAX_HEADERS_JSON_BYTES,
+  DEFAULT_ROUTER,
+  HEADER_FORMATS,
+  KEY_COLUMNS,
+  PLACED_MAX_COLUMNS,
   DEFAULT_MAX_HEADERS,
   LEGAL_TOPIC,
   METADATA_OPTIONS,
@@ -11,10 +15,13 @@ import {
   RESERVED_HEADER_PREFIX,
   TOPIC_PLACEHOLDERS,
   parseTableName,
+  placedColumns,
   relayHeaders,
   templateHead,
   unknownPlaceholders,
   type Metadata,
+  type Placement,
+  type RouterOptions,
   type RowRules,
   type TableName,
 } from './domain.ts';
@@ -316,12 +323,59 @@ function metadataConfig(read: EnvReader): Metadata {
   } else if (source !== undefined && !/^[\x21-\x7e]+$/.test(source)) {
     read.problems.push(`OUTBOX_CLOUDEVENTS_SOURCE=${JSON.stringify(source)} is not a URI reference: printable ASCII without spaces, e.g. /orders-service or urn:example:orders`);
   }
+  const router = routerConfig(read);
   return {
     timestamp: listed.includes('timestamp'),
     seq: listed.includes('seq'),
     trace: listed.includes('trace'),
     ...(cloudEvents && source !== undefined ? { cloudEventsSource: source } : {}),
+    ...(router ? { router } : {}),
   };
+}
+
+const ROUTER_SETTINGS = ['OUTBOX_KEY_COLUMN', 'OUTBOX_ADDITIONAL_PLACEMENT', 'OUTBOX_EXPAND_JSON_PAYLOAD', 'OUTBOX_HEADER_FORMAT'];
+
+/**
+ * Debezium's Outbox Event Router options, as settings (docs/debezium.md); undefined when none is
+ * set (the relay's defaults, DEFAULT_ROUTER).
+ */
+function routerConfig(read: EnvReader): RouterOptions | undefined {
+  if (ROUTER_SETTINGS.every((name) => read.str(name) === undefined)) return undefined;
+  const raw = read.str('OUTBOX_ADDITIONAL_PLACEMENT');
+  return {
+    key: read.oneOf('OUTBOX_KEY_COLUMN', KEY_COLUMNS, DEFAULT_ROUTER.key),
+    placement: raw === undefined ? DEFAULT_ROUTER.placement : placementConfig(read, raw),
+    expandPayload: read.bool('OUTBOX_EXPAND_JSON_PAYLOAD', DEFAULT_ROUTER.expandPayload),
+    headerFormat: read.oneOf('OUTBOX_HEADER_FORMAT', HEADER_FORMATS, DEFAULT_ROUTER.headerFormat),
+  };
+}
+
+const COLUMN = /^[a-z_][a-z0-9_]{0,62}$/;
+
+/** OUTBOX_ADDITIONAL_PLACEMENT: Debezium's `column:header|envelope[:alias]`, comma-separated, or none. */
+function placementConfig(read: EnvReader, raw: string): Placement[] {
+  if (raw.toLowerCase() === 'none') return [];
+  const placement: Placement[] = [];
+  const problem = (text: string) => read.problems.push(`OUTBOX_ADDITIONAL_PLACEMENT: ${text} (a comma-separated list of column:header[:alias] or column:envelope[:alias], e.g. type:header:eventType, or none)`);
+  for (const entry of raw.split(',').map((e) => e.trim()).filter(Boolean)) {
+    const [column = '', place = '', alias = column, ...rest] = entry.split(':').map((x) => x.trim());
+    if (!COLUMN.test(column) || ['payload', 'headers'].includes(column)) {
+      problem(`${JSON.stringify(column)} is not a column the relay can place: a lowercase column name other than payload (the value) and headers (the row's own headers)`);
+    } else if (place === 'partition') {
+      problem(`${JSON.stringify(entry)}: partition placement is not supported, the partition is always the key's (Kafka's default partitioner)`);
+    } else if ((place !== 'header' && place !== 'envelope') || rest.length > 0 || alias === '') {
+      problem(`${JSON.stringify(entry)} is not column:header[:alias] or column:envelope[:alias]`);
+    } else if (placement.some((p) => p.place === place && p.alias === alias) || (place === 'header' && alias === 'id') || (place === 'envelope' && alias === 'payload')) {
+      problem(`${JSON.stringify(entry)} places a second value under ${place} ${JSON.stringify(alias)}`);
+    } else {
+      placement.push({ column, place, alias });
+    }
+  }
+  const extra = placedColumns({ ...DEFAULT_ROUTER, placement });
+  if (extra.length > PLACED_MAX_COLUMNS) {
+    problem(`${extra.length} columns beyond id, aggregatetype, aggregateid and type (${extra.join(', ')}); at most ${PLACED_MAX_COLUMNS}, each read up to 1,024 characters, keep a batch within its memory`);
+  }
+  return placement;
 }
 
 /** Whether some row could get a topic starting with `prefix` from `template` (its fixed start `head`). */

@@ -25,6 +25,8 @@ export interface OutboxRow {
   created_at?: Date;
   /** read by the claim only with OUTBOX_METADATA=trace: Debezium's trace context column (src/kafka/message.ts) */
   tracingspancontext?: string | null;
+  /** read by the claim only when columns beyond ROW_COLUMNS are placed: their text, cut (claimColumns) */
+  placed?: Record<string, string | null>;
 }
 
 /**
@@ -104,6 +106,59 @@ export interface Metadata {
   seq: boolean;
   trace: boolean;
   cloudEventsSource?: string;
+  /** Debezium's Outbox Event Router options (docs/debezium.md); absent: the relay's defaults */
+  router?: RouterOptions;
+}
+
+/**
+ * The message's shape, as Debezium's EventRouter options name it (docs/debezium.md): the key's
+ * column (table.field.event.key), the columns placed in headers or the value's envelope
+ * (table.fields.additional.placement), the payload expanded as Connect's JsonConverter writes it
+ * (table.expand.json.payload), and how the router's headers (`id`, the placed ones) are encoded: text, as
+ * Connect's default SimpleHeaderConverter writes strings, or json, as its JsonConverter without schemas.
+ */
+export interface RouterOptions {
+  key: KeyColumn;
+  placement: readonly Placement[];
+  expandPayload: boolean;
+  headerFormat: HeaderFormat;
+}
+
+export const KEY_COLUMNS = ['aggregateid', 'id', 'aggregatetype', 'type'] as const;
+export type KeyColumn = (typeof KEY_COLUMNS)[number];
+export const HEADER_FORMATS = ['text', 'json'] as const;
+export type HeaderFormat = (typeof HEADER_FORMATS)[number];
+
+/** A column placed in a header or in the value's envelope, under `alias` (Debezium's column:place:alias). */
+export interface Placement {
+  column: string;
+  place: 'header' | 'envelope';
+  alias: string;
+}
+
+/** The columns every claim reads: placed from the row as it is. Any other placed column is read as text, bounded. */
+export const ROW_COLUMNS = ['id', 'aggregatetype', 'aggregateid', 'type'] as const;
+/** A placed column's value is read up to this many characters: a longer one parks its row (the memory bound, docs/security.md). */
+export const PLACED_MAX_CHARS = 1_024;
+/** at most this many placed columns beyond ROW_COLUMNS: with PLACED_MAX_CHARS, at most 16 KB more per row */
+export const PLACED_MAX_COLUMNS = 4;
+
+/** The relay's defaults: today's messages (key aggregateid, a `type` header, the payload as stored, the id as text). */
+export const DEFAULT_ROUTER: RouterOptions = {
+  key: 'aggregateid',
+  placement: [{ column: 'type', place: 'header', alias: 'type' }],
+  expandPayload: false,
+  headerFormat: 'text',
+};
+
+export function routerOf(metadata: Metadata): RouterOptions {
+  return metadata.router ?? DEFAULT_ROUTER;
+}
+
+/** The placed columns that are not ROW_COLUMNS: the claim reads them (claimColumns). */
+export function placedColumns(router: RouterOptions): string[] {
+  const row: readonly string[] = ROW_COLUMNS;
+  return [...new Set(router.placement.map((p) => p.column).filter((c) => !row.includes(c)))];
 }
 
 export const METADATA_OPTIONS = ['timestamp', 'seq', 'trace', 'cloudevents'] as const;
@@ -119,20 +174,29 @@ export const CLOUDEVENTS_HEADERS = [
  * replaced (or dropped, where the relay has no value) and never count against its header limits.
  */
 export function relayHeaders(metadata: Metadata): readonly string[] {
+  const placed = routerOf(metadata).placement.filter((p) => p.place === 'header').map((p) => p.alias);
   return [
-    ...RELAY_HEADERS,
+    ...new Set(['id', ...placed]),
     ...(metadata.seq ? ['seq'] : []),
     ...(metadata.trace ? ['traceparent', 'tracestate'] : []),
     ...(metadata.cloudEventsSource !== undefined ? CLOUDEVENTS_HEADERS : []),
   ];
 }
 
-/** The columns the claim reads beyond its usual ones, only for the metadata that need them. */
-export type ClaimColumn = 'created_at' | 'tracingspancontext';
+/**
+ * The columns the claim reads beyond its usual ones, only for the metadata that need them; placed
+ * columns as one JSON object `placed` of their text, each cut after PLACED_MAX_CHARS + 1 characters
+ * (names are checked identifiers: src/config.ts).
+ */
+export type ClaimColumn = 'created_at' | 'tracingspancontext' | `json_build_object(${string}) AS placed`;
 export function claimColumns(metadata: Metadata): ClaimColumn[] {
   const columns: ClaimColumn[] = [];
   if (metadata.timestamp || metadata.cloudEventsSource !== undefined) columns.push('created_at');
   if (metadata.trace) columns.push('tracingspancontext');
+  const placed = placedColumns(routerOf(metadata));
+  if (placed.length) {
+    columns.push(`json_build_object(${placed.map((c) => `'${c}', left("${c}"::text, ${PLACED_MAX_CHARS + 1})`).join(', ')}) AS placed`);
+  }
   return columns;
 }
 

@@ -2,11 +2,17 @@
 // aggregate stays on one partition and in order), the value is the JSON payload as stored, and the
 // `id` header is the row's uuid, identical on every copy, which is what lets consumers drop the
 // duplicates at-least-once allows.
-import { CLOUDEVENTS_HEADERS, LEGAL_TOPIC, NO_METADATA, topicFor, type Metadata, type OutboxRow } from '../domain.ts';
+import {
+  CLOUDEVENTS_HEADERS, LEGAL_TOPIC, NO_METADATA, PLACED_MAX_CHARS, ROW_COLUMNS, routerOf, topicFor,
+  type Metadata, type OutboxRow, type RouterOptions,
+} from '../domain.ts';
 import { MessageRejectedError } from '../errors.ts';
 import type { OutboundMessage } from '../loop/ports.ts';
 
-/** `metadata`: what the relay adds for consumers (OUTBOX_METADATA), each from the row's own columns. */
+/**
+ * `metadata`: what the relay adds for consumers (OUTBOX_METADATA), each from the row's own columns,
+ * and the message's shape (its router options: docs/debezium.md).
+ */
 export function toMessage(row: OutboxRow, template: string, metadata: Metadata = NO_METADATA): OutboundMessage {
   const topic = topicFor(row, template);
   if (!LEGAL_TOPIC.test(topic)) {
@@ -14,14 +20,21 @@ export function toMessage(row: OutboxRow, template: string, metadata: Metadata =
       `topic ${JSON.stringify(topic.slice(0, 300))} is not a legal Kafka topic name (1-249 of [a-zA-Z0-9._-]); fix the row's topic/aggregatetype or OUTBOX_TOPIC_TEMPLATE`,
     );
   }
+  const router = routerOf(metadata);
   const headers: Record<string, string> = {};
   for (const [k, v] of Object.entries(row.headers ?? {})) {
     if (v === null || v === undefined) continue;
     headers[k] = typeof v === 'string' ? v : JSON.stringify(v);
   }
-  // id and type are the relay's contract (RELAY_HEADERS): a row's own headers cannot override them
-  headers.id = row.id;
-  headers.type = row.type;
+  // id and the placed headers are the relay's (relayHeaders): a row's own headers cannot override them
+  // the router's headers as Connect's header converter writes strings: as they are, or JSON strings
+  const format = (v: string) => (router.headerFormat === 'json' ? jacksonText(JSON.stringify(v)) : v);
+  headers.id = format(row.id);
+  for (const p of router.placement.filter((x) => x.place === 'header')) {
+    const v = placedValue(row, p.column);
+    if (v === null) delete headers[p.alias];
+    else headers[p.alias] = format(v);
+  }
   // nor the metadata's (relayHeaders): a row without trace context gets none, not its own headers'
   if (metadata.seq) headers.seq = row.seq;
   if (metadata.trace) {
@@ -31,9 +44,76 @@ export function toMessage(row: OutboxRow, template: string, metadata: Metadata =
   }
   const source = metadata.cloudEventsSource;
   if (source !== undefined) Object.assign(headers, cloudEventHeaders(row, source));
-  const message: OutboundMessage = { seq: row.seq, aggregateid: row.aggregateid, topic, key: row.aggregateid, value: row.payload, headers };
+  const key = row[router.key];
+  const message: OutboundMessage = { seq: row.seq, aggregateid: row.aggregateid, topic, key, value: messageValue(row, router), headers };
   if (metadata.timestamp) message.timestamp = createdAt(row).getTime();
   return message;
+}
+
+/**
+ * The value: the payload as stored, or compacted (table.expand.json.payload: as Connect's
+ * JsonConverter writes the expanded payload), or inside an envelope with the columns placed there
+ * (`{"payload":...,"alias":"value"}`, the payload a JSON string unless expanded, as JsonConverter writes it).
+ */
+function messageValue(row: OutboxRow, router: RouterOptions): string | null {
+  const payload = router.expandPayload && row.payload !== null ? jacksonText(compactJson(row.payload)) : row.payload;
+  const envelope = router.placement.filter((p) => p.place === 'envelope');
+  if (envelope.length === 0) return payload;
+  const fields = [`"payload":${payload === null ? 'null' : router.expandPayload ? payload : JSON.stringify(payload)}`];
+  for (const p of envelope) fields.push(`${JSON.stringify(p.alias)}:${JSON.stringify(placedValue(row, p.column))}`);
+  return jacksonText(`{${fields.join(',')}}`);
+}
+
+/**
+ * JSON text as Jackson's UTF-8 generator (Connect's JsonConverter) writes it: a character beyond
+ * the BMP (an emoji) as its two escaped UTF-16 surrogates, `\uD83D\uDE00`, not as 4 UTF-8 bytes.
+ */
+function jacksonText(json: string): string {
+  return json.replace(/[\uD800-\uDBFF][\uDC00-\uDFFF]/g, (pair) => {
+    const hex = (i: number) => pair.charCodeAt(i).toString(16).toUpperCase();
+    return `\\u${hex(0)}\\u${hex(1)}`;
+  });
+}
+
+/** A placed column's text (null for NULL); over PLACED_MAX_CHARS characters, the row is parked. */
+export function placedValue(row: OutboxRow, column: string): string | null {
+  const own: readonly string[] = ROW_COLUMNS;
+  if (own.includes(column)) return row[column as (typeof ROW_COLUMNS)[number]];
+  const v = row.placed?.[column];
+  if (v === undefined) throw new Error(`row ${row.seq} has no placed column ${column}: the claim must read it (claimColumns)`);
+  if (v !== null && v.length > PLACED_MAX_CHARS && [...v].length > PLACED_MAX_CHARS) {
+    throw new MessageRejectedError(
+      `column ${column} holds more than ${PLACED_MAX_CHARS} characters, the most a placed column may (OUTBOX_ADDITIONAL_PLACEMENT; the relay's memory bound): ` +
+        'shorten the value, or carry it in the payload',
+      true,
+    );
+  }
+  return v;
+}
+
+/**
+ * JSON text as Debezium expands it and Connect's JsonConverter writes it: no whitespace between
+ * tokens (Postgres prints jsonb with `", "` and `": "`), and a number with a fraction or an
+ * exponent as the Java double it was parsed into (javaDouble); strings and integers as printed.
+ */
+export function compactJson(text: string): string {
+  return text.replace(/"(?:[^"\\]|\\.)*"|[ \t\r\n]+|-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?/g, (token) => {
+    if (token.startsWith('"')) return token;
+    if (/^[ \t\r\n]/.test(token)) return '';
+    return /[.eE]/.test(token) ? javaDouble(Number(token)) : token;
+  });
+}
+
+/**
+ * Java's Double.toString, which Jackson writes doubles with: plain from 10^-3 to 10^7 with at
+ * least one decimal (12.5, 1.0), else d.dddE±n (1.0E7, 1.5E-4); the digits are the shortest that
+ * read back (Java before 19 printed one more digit in rare cases).
+ */
+export function javaDouble(n: number): string {
+  const abs = Math.abs(n);
+  if (abs === 0 || (abs >= 1e-3 && abs < 1e7)) return Number.isInteger(n) ? `${n < 0 || Object.is(n, -0) ? '-' : ''}${abs}.0` : String(n);
+  const [mantissa, exponent] = n.toExponential().split('e') as [string, string];
+  return `${mantissa.includes('.') ? mantissa : `${mantissa}.0`}E${exponent.replace('+', '')}`;
 }
 
 function createdAt(row: OutboxRow): Date {

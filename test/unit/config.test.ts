@@ -364,3 +364,35 @@ describe('loadConfig: consumer metadata (OUTBOX_METADATA, OUTBOX_CLOUDEVENTS_SOU
     assert.match(problems({ ...base, OUTBOX_METADATA: 'cloudevents', OUTBOX_CLOUDEVENTS_SOURCE: 'my orders' })[0]!, /is not a URI reference/);
   });
 });
+
+describe('loadConfig: Debezium router options (docs/debezium.md)', () => {
+  it('none set: no router options (the relay\'s defaults); each set one read, the rest Debezium\'s defaults where the relay has none', () => {
+    assert.equal(loadConfig(base).outbox.metadata.router, undefined);
+    const c = loadConfig({ ...base, OUTBOX_KEY_COLUMN: 'id', OUTBOX_ADDITIONAL_PLACEMENT: 'type:header:eventType, tenant:envelope, region:header', OUTBOX_EXPAND_JSON_PAYLOAD: 'true', OUTBOX_HEADER_FORMAT: 'json' });
+    assert.deepEqual(c.outbox.metadata.router, {
+      key: 'id',
+      placement: [
+        { column: 'type', place: 'header', alias: 'eventType' },
+        { column: 'tenant', place: 'envelope', alias: 'tenant' },
+        { column: 'region', place: 'header', alias: 'region' },
+      ],
+      expandPayload: true,
+      headerFormat: 'json',
+    });
+    assert.deepEqual(c.outbox.rowRules.relayHeaders, ['id', 'eventType', 'region']);
+    assert.deepEqual(loadConfig({ ...base, OUTBOX_ADDITIONAL_PLACEMENT: 'none' }).outbox.metadata.router?.placement, []);
+  });
+
+  it('refuses a column it cannot place, partition placement, a malformed entry, a second value under one name, more than 4 extra columns', () => {
+    const p = (placement: string) => problems({ ...base, OUTBOX_ADDITIONAL_PLACEMENT: placement });
+    assert.match(p('payload:header')[0]!, /"payload" is not a column the relay can place/);
+    assert.match(p('Tenant:header')[0]!, /"Tenant" is not a column the relay can place/);
+    assert.match(p('tenant:partition')[0]!, /partition placement is not supported/);
+    assert.match(p('tenant:body')[0]!, /"tenant:body" is not column:header\[:alias\]/);
+    assert.match(p('tenant:header:x,region:header:x')[0]!, /places a second value under header "x"/);
+    assert.match(p('tenant:header:id')[0]!, /places a second value under header "id"/);
+    assert.match(p('a:header,b:header,c:header,d:header,e:header')[0]!, /5 columns beyond id, aggregatetype, aggregateid and type \(a, b, c, d, e\); at most 4/);
+    assert.match(problems({ ...base, OUTBOX_KEY_COLUMN: 'tenant' })[0]!, /OUTBOX_KEY_COLUMN="tenant" is not one of aggregateid, id, aggregatetype, type/);
+    assert.match(problems({ ...base, OUTBOX_HEADER_FORMAT: 'binary' })[0]!, /OUTBOX_HEADER_FORMAT="binary" is not one of text, json/);
+  });
+});

@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { NO_METADATA, relayHeaders, topicFor, type Metadata, type OutboxRow } from '../../src/domain.ts';
+import { DEFAULT_ROUTER, NO_METADATA, claimColumns, relayHeaders, topicFor, type Metadata, type OutboxRow, type RouterOptions } from '../../src/domain.ts';
 import { tracingSpanContext } from '../../src/enqueue.ts';
 import { MessageRejectedError } from '../../src/errors.ts';
-import { BATCH_OVERHEAD_BYTES, compressionSlack, encodedSize, javaProperties, recordBytes, splitBySize, toMessage, traceContext } from '../../src/kafka/message.ts';
+import { BATCH_OVERHEAD_BYTES, compactJson, compressionSlack, encodedSize, javaDouble, javaProperties, recordBytes, splitBySize, toMessage, traceContext } from '../../src/kafka/message.ts';
 import type { OutboundMessage } from '../../src/loop/ports.ts';
 import { brokenRule } from '../../src/loop/row-rules.ts';
 
@@ -220,3 +220,72 @@ describe('trace context as enqueue() writes it and the relay reads it', () => {
 function pick(m: OutboundMessage): Record<string, string> {
   return Object.fromEntries(Object.entries(m.headers).filter(([k]) => k === 'traceparent' || k === 'tracestate'));
 }
+
+describe('row → message: Debezium router options (docs/debezium.md)', () => {
+  const router = (over: Partial<RouterOptions>): Metadata => ({ ...NO_METADATA, router: { ...DEFAULT_ROUTER, ...over } });
+  const plain = { ...row, headers: null, payload: '{"total": 42, "note": "a b, c: d \\" e"}' };
+
+  it('defaults are today\'s messages: key aggregateid, id as text, type placed as a header, the payload as stored', () => {
+    assert.deepEqual(toMessage(plain, 't', router({})), toMessage(plain, 't'));
+    assert.deepEqual(toMessage(plain, 't').headers, { id: row.id, type: 'OrderCreated' });
+  });
+
+  it('table.field.event.key: the key from another column', () => {
+    assert.equal(toMessage(plain, 't', router({ key: 'id' })).key, row.id);
+    assert.equal(toMessage(plain, 't', router({ key: 'type' })).key, 'OrderCreated');
+  });
+
+  it('placement none: no type header, and a row\'s own type header then passes (it is no longer the relay\'s)', () => {
+    const m = toMessage({ ...row, headers: { type: 'mine' } }, 't', router({ placement: [] }));
+    assert.deepEqual(m.headers, { id: row.id, type: 'mine' });
+    assert.deepEqual(relayHeaders(router({ placement: [] })), ['id']);
+  });
+
+  it('placement: columns to headers under their alias (a NULL one absent), and to the envelope as JSON', () => {
+    const placed: OutboxRow = { ...plain, placed: { tenant: 'acme ✓', region: null } };
+    const m = toMessage(placed, 't', router({
+      placement: [
+        { column: 'type', place: 'header', alias: 'eventType' },
+        { column: 'tenant', place: 'header', alias: 'tenant' },
+        { column: 'region', place: 'header', alias: 'region' },
+        { column: 'aggregatetype', place: 'envelope', alias: 'aggregateType' },
+        { column: 'region', place: 'envelope', alias: 'region' },
+      ],
+    }));
+    assert.deepEqual(m.headers, { id: row.id, eventType: 'OrderCreated', tenant: 'acme ✓' });
+    assert.equal(m.value, `{"payload":${JSON.stringify(plain.payload)},"aggregateType":"order","region":null}`);
+    assert.deepEqual(relayHeaders(router({ placement: [{ column: 'tenant', place: 'header', alias: 'tenant' }] })), ['id', 'tenant']);
+  });
+
+  it('placement: a placed column over 1,024 characters parks its row (the claim reads 1,025 of it)', () => {
+    const r = router({ placement: [{ column: 'tenant', place: 'header', alias: 'tenant' }] });
+    assert.equal(toMessage({ ...plain, placed: { tenant: '😀'.repeat(1024) } }, 't', r).headers.tenant, '😀'.repeat(1024));
+    assert.throws(() => toMessage({ ...plain, placed: { tenant: 'x'.repeat(1025) } }, 't', r), (e: unknown) =>
+      e instanceof MessageRejectedError && e.permanent && /column tenant holds more than 1024 characters/.test(e.message));
+    assert.deepEqual(claimColumns(r), [`json_build_object('tenant', left("tenant"::text, 1025)) AS placed`]);
+    assert.deepEqual(claimColumns(router({})), [], 'the default claim reads nothing more');
+  });
+
+  it('table.expand.json.payload: the payload without whitespace between tokens, strings untouched; in the envelope as JSON', () => {
+    assert.equal(toMessage(plain, 't', router({ expandPayload: true })).value, '{"total":42,"note":"a b, c: d \\" e"}');
+    assert.equal(compactJson('[1, {"a": "\\\\", "b": [ ]}, "x"]'), '[1,{"a":"\\\\","b":[]},"x"]');
+    // a number with a fraction or exponent as the Java double Debezium parsed it into; integers and strings as printed
+    assert.equal(compactJson('{"a": 12.50, "b": [2.0, -3.25e3, 10000000.0, 0.0001, 123456789012345678901], "c": "1.50 \\" x"}'),
+      '{"a":12.5,"b":[2.0,-3250.0,1.0E7,1.0E-4,123456789012345678901],"c":"1.50 \\" x"}');
+    assert.deepEqual([0, 1, 0.001, 9999999.5, 1e7, 1.5e-4, 1e21, -2.5].map(javaDouble), ['0.0', '1.0', '0.001', '9999999.5', '1.0E7', '1.5E-4', '1.0E21', '-2.5']);
+    const m = toMessage(plain, 't', router({ expandPayload: true, placement: [{ column: 'type', place: 'envelope', alias: 'eventType' }] }));
+    assert.equal(m.value, '{"payload":{"total":42,"note":"a b, c: d \\" e"},"eventType":"OrderCreated"}');
+    assert.equal(toMessage({ ...plain, payload: null }, 't', router({ expandPayload: true })).value, null);
+    // as Jackson writes JSON (Connect's JsonConverter): beyond the BMP, escaped UTF-16 surrogates
+    const emoji = { ...plain, payload: '{"a": "é 😀"}' };
+    assert.equal(toMessage(emoji, 't', router({ expandPayload: true })).value, '{"a":"é \\uD83D\\uDE00"}');
+    const inEnvelope = router({ placement: [{ column: 'type', place: 'envelope', alias: 't' }] });
+    assert.equal(toMessage(emoji, 't', inEnvelope).value, '{"payload":"{\\"a\\": \\"é \\uD83D\\uDE00\\"}","t":"OrderCreated"}');
+    assert.equal(toMessage(emoji, 't').value, '{"a": "é 😀"}', 'not expanded: as stored');
+  });
+
+  it('the router\'s headers (id, placed ones) as text, or as JSON strings (Connect\'s JsonConverter as header converter); the row\'s own as they are', () => {
+    const m = toMessage({ ...plain, headers: { own: 'x' }, type: 'Geändert 😀' }, 't', router({ headerFormat: 'json' }));
+    assert.deepEqual(m.headers, { own: 'x', id: `"${row.id}"`, type: '"Geändert \\uD83D\\uDE00"' });
+  });
+});
