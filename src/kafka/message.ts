@@ -32,8 +32,10 @@ export function toMessage(row: OutboxRow, template: string, metadata: Metadata =
   headers.id = format(row.id);
   for (const p of router.placement.filter((x) => x.place === 'header')) {
     const v = placedValue(row, p.column);
-    if (v === null) delete headers[p.alias];
-    else headers[p.alias] = format(v);
+    // NULL: JSON's null; as text none (Kafka allows a null header value, the relay's clients send none)
+    if (v !== null) headers[p.alias] = format(v);
+    else if (router.headerFormat === 'json') headers[p.alias] = 'null';
+    else delete headers[p.alias];
   }
   // nor the metadata's (relayHeaders): a row without trace context gets none, not its own headers'
   if (metadata.seq) headers.seq = row.seq;
@@ -93,15 +95,27 @@ export function placedValue(row: OutboxRow, column: string): string | null {
 
 /**
  * JSON text as Debezium expands it and Connect's JsonConverter writes it: no whitespace between
- * tokens (Postgres prints jsonb with `", "` and `": "`), and a number with a fraction or an
- * exponent as the Java double it was parsed into (javaDouble); strings and integers as printed.
+ * tokens (Postgres prints jsonb with `", "` and `": "`), no object member whose value is null
+ * (the expansion drops them), and a number with a fraction or an exponent as the Java double it
+ * was parsed into (javaDouble); strings and integers as printed.
  */
 export function compactJson(text: string): string {
-  return text.replace(/"(?:[^"\\]|\\.)*"|[ \t\r\n]+|-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?/g, (token) => {
-    if (token.startsWith('"')) return token;
-    if (/^[ \t\r\n]/.test(token)) return '';
-    return /[.eE]/.test(token) ? javaDouble(Number(token)) : token;
-  });
+  const tokens = text.match(/"(?:[^"\\]|\\.)*"|[{}[\],:]|[^{}[\],:"\s]+/g) ?? [];
+  const out: string[] = [];
+  const objects: boolean[] = []; // per open container: is it an object
+  for (let i = 0; i < tokens.length; i++) {
+    const t = tokens[i]!;
+    if (t === '{' || t === '[') objects.push(t === '{');
+    else if (t === '}' || t === ']') objects.pop();
+    const atKey = objects.at(-1) === true && t.startsWith('"') && (tokens[i - 1] === '{' || tokens[i - 1] === ',');
+    if (atKey && tokens[i + 2] === 'null' && (tokens[i + 3] === ',' || tokens[i + 3] === '}')) {
+      i += tokens[i + 3] === ',' ? 3 : 2; // the member and its comma; before a `}`, the comma before it
+      if (tokens[i + 1] === '}' && out.at(-1) === ',') out.pop();
+      continue;
+    }
+    out.push(/^-?\d/.test(t) && /[.eE]/.test(t) ? javaDouble(Number(t)) : t);
+  }
+  return out.join('');
 }
 
 /**

@@ -1,7 +1,7 @@
 // services: postgres, kafka
 // Debezium's Outbox Event Router options as relay settings (docs/debezium.md), read back from the
 // broker: the key from another column, columns of the application's placed in headers and in the
-// value's envelope, the payload expanded, the id header as a JSON string; a placed value over its
+// value's envelope, the payload expanded, the router's headers as JSON strings; a placed value over its
 // bound parks its row (the claim never reads more than 1,025 characters of it).
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
@@ -12,7 +12,7 @@ import { consumeAll, fileDb, fixture, insertEvents, invokeOk as invoke, rowById 
 const sql = fileDb();
 
 describe('Debezium router options, read back from Kafka', () => {
-  it('key, placement (header and envelope, a column of the application\'s), expanded payload and a JSON id header; a placed value over 1,024 characters parks its row', async () => {
+  it('key, placement (header and envelope, a column of the application\'s), expanded payload, the router\'s headers as JSON (a NULL column: null); a placed value over 1,024 characters parks its row', async () => {
     const f = await fixture(sql, 'router', ['order'], 1);
     const table = qualified(parseTableName(f.table));
     await sql.unsafe(`ALTER TABLE ${table} ADD COLUMN tenant text CHECK (char_length(tenant) <= 5000)`);
@@ -35,8 +35,8 @@ describe('Debezium router options, read back from Kafka', () => {
     assert.deepEqual(
       messages.map((m) => ({ key: m.key, value: m.value, headers: m.headers })),
       [
-        { key: a, value: '{"payload":{"n":1,"note":"a b, c: d ✓"},"aggregateType":"order"}', headers: { id: `"${a}"`, eventType: 'OrderPlaced', tenant: 'acme ✓' } },
-        { key: b, value: '{"payload":{"n":2},"aggregateType":"order"}', headers: { id: `"${b}"`, eventType: 'OrderPaid' } },
+        { key: a, value: '{"payload":{"n":1,"note":"a b, c: d ✓"},"aggregateType":"order"}', headers: { id: `"${a}"`, eventType: '"OrderPlaced"', tenant: '"acme ✓"' } },
+        { key: b, value: '{"payload":{"n":2},"aggregateType":"order"}', headers: { id: `"${b}"`, eventType: '"OrderPaid"', tenant: 'null' } },
       ],
     );
     const parked = await rowById(sql, f.table, long!);

@@ -272,6 +272,8 @@ describe('row → message: Debezium router options (docs/debezium.md)', () => {
     // a number with a fraction or exponent as the Java double Debezium parsed it into; integers and strings as printed
     assert.equal(compactJson('{"a": 12.50, "b": [2.0, -3.25e3, 10000000.0, 0.0001, 123456789012345678901], "c": "1.50 \\" x"}'),
       '{"a":12.5,"b":[2.0,-3250.0,1.0E7,1.0E-4,123456789012345678901],"c":"1.50 \\" x"}');
+    // members whose value is null are dropped, as Debezium's expansion does; nulls in arrays stay
+    assert.equal(compactJson('{"a": null, "b": {"c": null}, "d": [null], "e": "f: null", "g": null}'), '{"b":{},"d":[null],"e":"f: null"}');
     assert.deepEqual([0, 1, 0.001, 9999999.5, 1e7, 1.5e-4, 1e21, -2.5].map(javaDouble), ['0.0', '1.0', '0.001', '9999999.5', '1.0E7', '1.5E-4', '1.0E21', '-2.5']);
     const m = toMessage(plain, 't', router({ expandPayload: true, placement: [{ column: 'type', place: 'envelope', alias: 'eventType' }] }));
     assert.equal(m.value, '{"payload":{"total":42,"note":"a b, c: d \\" e"},"eventType":"OrderCreated"}');
@@ -287,5 +289,7 @@ describe('row → message: Debezium router options (docs/debezium.md)', () => {
   it('the router\'s headers (id, placed ones) as text, or as JSON strings (Connect\'s JsonConverter as header converter); the row\'s own as they are', () => {
     const m = toMessage({ ...plain, headers: { own: 'x' }, type: 'Geändert 😀' }, 't', router({ headerFormat: 'json' }));
     assert.deepEqual(m.headers, { own: 'x', id: `"${row.id}"`, type: '"Geändert \\uD83D\\uDE00"' });
+    const tenant = router({ headerFormat: 'json', placement: [{ column: 'tenant', place: 'header', alias: 'tenant' }] });
+    assert.equal(toMessage({ ...plain, placed: { tenant: null } }, 't', tenant).headers.tenant, 'null', 'a NULL column: JSON\'s null');
   });
 });
