@@ -58,10 +58,15 @@ export function toMessage(row: OutboxRow, template: string, metadata: Metadata =
  * (`{"payload":...,"alias":"value"}`, the payload a JSON string unless expanded, as JsonConverter writes it).
  */
 function messageValue(row: OutboxRow, router: RouterOptions): string | null {
-  const payload = router.expandPayload && row.payload !== null ? jacksonText(compactJson(row.payload)) : row.payload;
   const envelope = router.placement.filter((p) => p.place === 'envelope');
-  if (envelope.length === 0) return payload;
-  const fields = [`"payload":${payload === null ? 'null' : router.expandPayload ? payload : JSON.stringify(payload)}`];
+  // the payload as stored, as StringConverter writes it; else JsonConverter writes the value
+  if (envelope.length === 0 && !router.expandPayload) return row.payload;
+  if (envelope.length === 0 && row.payload === null) return null;
+  // Debezium expands an object or an array; any other payload stays its JSON text, a string
+  const expand = router.expandPayload && row.payload !== null && /^\s*[[{]/.test(row.payload);
+  const payload = row.payload === null ? 'null' : expand ? compactJson(row.payload) : JSON.stringify(row.payload);
+  if (envelope.length === 0) return jacksonText(payload);
+  const fields = [`"payload":${payload}`];
   for (const p of envelope) fields.push(`${JSON.stringify(p.alias)}:${JSON.stringify(placedValue(row, p.column))}`);
   return jacksonText(`{${fields.join(',')}}`);
 }

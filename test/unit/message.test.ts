@@ -278,6 +278,9 @@ describe('row → message: Debezium router options (docs/debezium.md)', () => {
     const m = toMessage(plain, 't', router({ expandPayload: true, placement: [{ column: 'type', place: 'envelope', alias: 'eventType' }] }));
     assert.equal(m.value, '{"payload":{"total":42,"note":"a b, c: d \\" e"},"eventType":"OrderCreated"}');
     assert.equal(toMessage({ ...plain, payload: null }, 't', router({ expandPayload: true })).value, null);
+    // only an object or an array is expanded: any other payload stays its JSON text, which JsonConverter writes as a string
+    assert.equal(toMessage({ ...plain, payload: '"a ✓"' }, 't', router({ expandPayload: true })).value, '"\\"a ✓\\""');
+    assert.equal(toMessage({ ...plain, payload: '[1.50, {"a": null}]' }, 't', router({ expandPayload: true })).value, '[1.5,{}]');
     // as Jackson writes JSON (Connect's JsonConverter): beyond the BMP, escaped UTF-16 surrogates
     const emoji = { ...plain, payload: '{"a": "é 😀"}' };
     assert.equal(toMessage(emoji, 't', router({ expandPayload: true })).value, '{"a":"é \\uD83D\\uDE00"}');
