@@ -76,7 +76,10 @@ export const DELIBERATE: Deliberate[] = [
 
 const AGGREGATE_TYPES = ['order', 'customer', 'invoice'];
 
-/** The rows: `events` of them, deterministic, each kind of value a consumer may meet. */
+/**
+ * The rows: `events` of them, deterministic, each kind of value a consumer may meet. No top-level
+ * array payload: with table.expand.json.payload Debezium's task fails on one (docs/debezium.md).
+ */
 async function fillRows(sql: Sql, table: string, events: number): Promise<void> {
   await sql.unsafe(
     `INSERT INTO ${table} (aggregatetype, aggregateid, type, payload, headers, tenant)
@@ -86,7 +89,6 @@ async function fillRows(sql: Sql, table: string, events: number): Promise<void> 
        CASE WHEN g % 97 = 0 THEN NULL
             WHEN g = $1::int / 2 THEN jsonb_build_object('big', repeat('ä€😀', 60000))
             WHEN g % 101 = 0 THEN to_jsonb('a string payload ✓'::text)
-            WHEN g % 103 = 0 THEN jsonb_build_array(jsonb_build_object('a', 1.50), jsonb_build_object('a', 2))
             WHEN g % 11 = 0 THEN jsonb_build_object('n', g, 'none', NULL::text, 'small', 0.0001, 'large', 10000000.0, 'neg', -2.5e3,
               'inner', jsonb_build_object('z', NULL::text, 'y', 1.0))
             ELSE jsonb_build_object('n', g, 'text', E'héllo ✓ 😀 "quoted" \\\\ back\\ttab', 'price', 12.50,
