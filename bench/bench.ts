@@ -14,6 +14,7 @@
 // relay's full rate) and `burst` (empty-claim time after 200,000 rows were relayed and pruned);
 // (bench/marks.ts) `marks`: a row's whole life in Postgres per way of recording it sent;
 // (bench/scale.ts) `scale`: 1, 2, 4, 8 concurrent invocations on one backlog, and a model of the ceilings.
+// With --peer debezium (bench/compat.ts) `compat`: the relay's messages and Debezium's for the same rows, byte by byte.
 import { writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 import { availableParallelism } from 'node:os';
