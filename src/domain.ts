@@ -188,6 +188,10 @@ export function relayHeaders(metadata: Metadata): readonly string[] {
  * columns as one JSON object `placed` of their text, each cut after PLACED_MAX_CHARS + 1 characters
  * (names are checked identifiers: src/config.ts).
  */
+/** The outbox columns the settings make the claim read beyond the relay's own (the schema check asks for them). */
+export function settingColumns(metadata: Metadata): string[] {
+  return [...(metadata.trace ? ['tracingspancontext'] : []), ...placedColumns(routerOf(metadata))];
+}
 export type ClaimColumn = 'created_at' | 'tracingspancontext' | `json_build_object(${string}) AS placed`;
 export function claimColumns(metadata: Metadata): ClaimColumn[] {
   const columns: ClaimColumn[] = [];

@@ -4,7 +4,7 @@
 import type { Sql } from 'postgres';
 import { Deadline } from './budget.ts';
 import type { Config } from './config.ts';
-import { claimColumns, type KafkaCredentials, type MskIamLogin } from './domain.ts';
+import { claimColumns, settingColumns, type KafkaCredentials, type MskIamLogin } from './domain.ts';
 import { BrokerUnavailableError, ConfigError, DatabaseError, DeadlineExceededError } from './errors.ts';
 import { createPublisher, preloadKafkaClient } from './kafka/clients.ts';
 import { MskIamTokens } from './kafka/msk-iam.ts';
@@ -188,7 +188,8 @@ export class Runtime {
     const claimBytes = { batch: maxBatchBytes, ...(maxMessageBytes === undefined ? {} : { payload: maxMessageBytes }) };
     // the columns the metadata read (created_at, tracingspancontext) are claimed only when on
     const columns = claimColumns(this.config.outbox.metadata);
-    this.store ??= this.newStore(sql, { prepare: this.prepare, sentRows, claimBytes, columns });
+    const columnNames = settingColumns(this.config.outbox.metadata);
+    this.store ??= this.newStore(sql, { prepare: this.prepare, sentRows, claimBytes, columns, columnNames });
     return this.store;
   }
 

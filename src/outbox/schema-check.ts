@@ -86,6 +86,12 @@ SELECT current_user AS role, quote_ident(current_user) AS role_ident,
          SELECT DISTINCT a.attname::text FROM pg_constraint c
          JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = ANY (c.conkey)
          WHERE c.conrelid = r.outbox AND c.contype = 'c')) END AS checked_columns,
+       -- the columns the settings read ($3: OUTBOX_ADDITIONAL_PLACEMENT, OUTBOX_METADATA=trace) that
+       -- the table lacks or the role may not read
+       CASE WHEN r.outbox IS NOT NULL THEN to_json(ARRAY(
+         SELECT c FROM unnest($3::text[]) c WHERE NOT EXISTS (
+           SELECT FROM pg_attribute a WHERE a.attrelid = r.outbox AND a.attname = c AND a.attnum > 0
+             AND NOT a.attisdropped AND has_column_privilege(r.outbox, a.attnum, 'SELECT')))) END AS unreadable_columns,
        r.migrations::text AS migrations_table,
        has_table_privilege(r.migrations, 'SELECT') AS migrations_readable,
        -- json: the relay's client parses no array type (src/outbox/client.ts)
@@ -123,6 +129,8 @@ export interface SchemaFacts {
   sent_insert_lacking: string[] | null;
   /** the outbox's columns that a CHECK constraint names; null when the outbox is missing */
   checked_columns: string[] | null;
+  /** of the columns the settings read (schemaCheckSql's $3: settingColumns in src/domain.ts), those the outbox lacks or the role may not read; null when the outbox is missing */
+  unreadable_columns: string[] | null;
   /** outbox_relay_migrations as the role's search_path finds it, or null */
   migrations_table: string | null;
   migrations_readable: boolean | null;
@@ -184,6 +192,15 @@ export function schemaProblems(f: SchemaFacts, needs: SchemaNeeds): string[] {
           'one large row could take the relay past its memory. Add the size check of docs/schema.md ("Every column bounded"), as `outbox-relay migrate` creates it',
       );
     }
+  }
+
+  if (f.outbox_present && f.unreadable_columns?.length) {
+    const cols = f.unreadable_columns;
+    problems.push(
+      `the outbox table ${table} has no column ${list(cols, 'or')} that the role ${f.role} may read, and the settings read ${cols.length === 1 ? 'it' : 'them'} ` +
+        '(OUTBOX_ADDITIONAL_PLACEMENT places a column, OUTBOX_METADATA=trace reads tracingspancontext): correct the setting, add the column to the table, ' +
+        `or GRANT SELECT (${cols.join(', ')}) ON ${table} TO ${f.role_ident}`,
+    );
   }
 
   if (f.outbox_present) {

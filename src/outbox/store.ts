@@ -33,6 +33,8 @@ export interface StoreOptions {
   claimBytes?: Partial<q.ClaimBytes>;
   /** the columns the claim reads beyond its usual ones (claimColumns: what the metadata need) */
   columns?: readonly ClaimColumn[];
+  /** the outbox columns those read, by name (settingColumns): the schema check asks that the role may read them */
+  columnNames?: readonly string[];
 }
 
 /**
@@ -59,6 +61,7 @@ export class OutboxStore implements Store, BatchStatements, SideStatements {
   private readonly sentRows: SentRowsMode;
   private readonly claimBytes: q.ClaimBytes;
   private readonly claimColumns: readonly ClaimColumn[];
+  private readonly settingColumns: readonly string[];
   private readonly whyEmptyText: string;
   private readonly newestText: string;
   /** checkTables() found the sent table writable (once per client) */
@@ -70,11 +73,12 @@ export class OutboxStore implements Store, BatchStatements, SideStatements {
     readonly sql: Sql,
     table: TableName,
     policy: ParkedPolicy,
-    { prepare = true, sentRows = 'keep', claimBytes = {}, columns = [] }: StoreOptions = {},
+    { prepare = true, sentRows = 'keep', claimBytes = {}, columns = [], columnNames = [] }: StoreOptions = {},
   ) {
     this.prepared = { prepare };
     this.claimBytes = { ...DEFAULT_CLAIM_BYTES, ...claimBytes };
     this.claimColumns = columns;
+    this.settingColumns = columnNames;
     this.table = qualified(table);
     this.policy = policy;
     this.sentTable = qualified(sentTable(table));
@@ -153,7 +157,7 @@ export class OutboxStore implements Store, BatchStatements, SideStatements {
     const [facts] = await this.client.bounded(
       deadline,
       what,
-      this.sql.unsafe<SchemaFacts[]>(schemaCheckSql(), [this.table, this.sentTable]),
+      this.sql.unsafe<SchemaFacts[]>(schemaCheckSql(), [this.table, this.sentTable, [...this.settingColumns]]),
     );
     assertSchema(facts, { table: this.table, sentTable: this.sentTable, sentRows: this.sentRows });
     this.tablesChecked = true;

@@ -233,6 +233,18 @@ describe('checkTables: the migrations the relay was built for', () => {
     assert.equal((await invoke(f.env)).published, 1);
   });
 
+  it('G8: a placed column the table lacks is refused before claiming, named with its setting; added, it relays', async () => {
+    const f = await fixture(sql, 'placedcolumn');
+    const table = qualified(parseTableName(f.table));
+    await insertEvents(sql, f.table, [{ aggregateid: 'a' }]);
+    const env = { ...f.env, OUTBOX_ADDITIONAL_PLACEMENT: 'type:header:type,tenant:header:tenant' };
+    await refused(env, [`the outbox table ${table} has no column tenant that the role`, 'OUTBOX_ADDITIONAL_PLACEMENT', 'GRANT SELECT (tenant)']);
+    await untouched(f, 1);
+
+    await sql.unsafe(`ALTER TABLE ${table} ADD COLUMN tenant text`);
+    assert.equal((await invoke(env)).published, 1);
+  });
+
   it('a schema newer than the relay (a rolling deploy: the next version migrated first, this one still runs) is accepted: it relays', async () => {
     const f = await fixture(sql, 'newer');
     const next = Math.max(...loadMigrations().map((m) => m.version)) + 1;

@@ -32,6 +32,7 @@ function facts(over: Partial<SchemaFacts> = {}): SchemaFacts {
     outbox_update_lacking: [],
     sent_insert_lacking: [],
     checked_columns: ['headers', ...SIZE_CHECKED_COLUMNS],
+    unreadable_columns: [],
     migrations_table: 'outbox_relay_migrations',
     migrations_readable: true,
     versions: [1, 2, 3],
@@ -42,6 +43,16 @@ function facts(over: Partial<SchemaFacts> = {}): SchemaFacts {
 function problems(over: Partial<SchemaFacts>, sentRows: CheckedMode = 'keep'): string[] {
   return schemaProblems(facts(over), { table: '"outbox"', sentTable: '"outbox_sent"', sentRows, migrations: MIGRATIONS });
 }
+
+describe('schemaProblems: the columns the settings read', () => {
+  it('columns the table lacks or the role may not read are named with the settings that read them and the fixes', () => {
+    assert.deepEqual(problems({ unreadable_columns: ['tenant', 'region'] }), [
+      'the outbox table "outbox" has no column tenant or region that the role relay may read, and the settings read them ' +
+        '(OUTBOX_ADDITIONAL_PLACEMENT places a column, OUTBOX_METADATA=trace reads tracingspancontext): correct the setting, ' +
+        'add the column to the table, or GRANT SELECT (tenant, region) ON "outbox" TO relay',
+    ]);
+  });
+});
 
 describe('schemaProblems: the size bound of every column but the payload', () => {
   it('a table without the size check of a column (made by hand, or by an older migrate) is refused, naming the columns and the fix', () => {
