@@ -51,6 +51,19 @@ function scheduledEvent(): ScheduledEvent {
   };
 }
 
+/**
+ * `invoke` and `schedule` run the handler outside Lambda, where there is no function to start
+ * helpers of: fan-out on would warn on every tick instead of doing anything, so it is refused.
+ */
+function refuseFanOut(): void {
+  const max = getRuntime().config.fanoutMax;
+  if (max <= 1) return;
+  throw new ConfigError([
+    `OUTBOX_FANOUT_MAX=${max} starts helper invocations of the Lambda function, and this command runs outside Lambda: ` +
+      'unset it here (several `schedule` processes share a backlog through row locks, as invocations do)',
+  ]);
+}
+
 async function invokeOnce(timeoutMs: number): Promise<Summary> {
   return handler(scheduledEvent(), lambdaContext(timeoutMs, 'outbox-relay-local'));
 }
@@ -104,11 +117,13 @@ export async function main(command: Command): Promise<number> {
       return 0;
     }
     case 'invoke': {
+      refuseFanOut();
       const summary = await invokeOnce(command.timeoutMs);
       process.stdout.write(jsonText(summary) + '\n');
       return 0;
     }
     case 'schedule':
+      refuseFanOut();
       await schedule(command.everyMs, command.timeoutMs, command.max);
       return 0;
     case 'status':

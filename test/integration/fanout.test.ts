@@ -14,7 +14,7 @@ import { after, before, describe, it } from 'node:test';
 import type { Sql } from 'postgres';
 import { parse } from 'yaml';
 import { helperMarker } from '../../src/fanout.ts';
-import { consumeAll, copiesById, counts, db, firstCopyOrder, fixture, insertEvents, isSorted, ROOT, seqsById, type Fixture } from './helpers.ts';
+import { consumeAll, copiesById, counts, db, firstCopyOrder, fixture, insertEvents, isSorted, ROOT, runCli, seqsById, type Fixture } from './helpers.ts';
 import { Emulator, scheduledEvent } from './lambda-emulator.ts';
 import { LambdaInvokeApi, type Recorded } from './lambda-invoke-api.ts';
 
@@ -142,6 +142,17 @@ describe('fan-out, as deployed', () => {
     assert.ok((await counts(sql, f.table)).pending > first.claimed, 'more rows left than it moved');
     assert.equal(api.throttled.length, 0);
     assert.equal(metricSum(api, 'HelpersStarted') + metricSum(api, 'HelpersNotStarted'), 0);
+  });
+
+  it("G8: the CLI's invoke and schedule (outside Lambda) refuse fan-out: exit 2, saying to unset it", async () => {
+    const f = await fixture(sql, 'fanoutcli');
+    await insertEvents(sql, f.table, [{ aggregateid: 'a' }]);
+    for (const args of [['invoke'], ['schedule', '--max', '1']]) {
+      const res = await runCli(args, { ...f.env, OUTBOX_FANOUT_MAX: '3' });
+      assert.equal(res.code, 2, res.stderr.slice(-2_000));
+      assert.match(res.stderr, /ConfigError: invalid configuration:\n {2}- OUTBOX_FANOUT_MAX=3 starts helper invocations of the Lambda function, and this command runs outside Lambda: unset it here/);
+    }
+    assert.deepEqual(await counts(sql, f.table), { total: 1, sent: 0, parked: 0, pending: 1 });
   });
 
   it("linger mode: a lingering tick that stops on its budget with a backlog starts helpers, which never linger; a drained tick lingers and starts none; a helper on an empty table ends after one claim (HelpersFoundNothing)", async () => {
