@@ -4,7 +4,7 @@
 // charged the backend's CPU (/proc/PID/schedstat, ns) and the WAL it wrote (pg_current_wal_lsn()
 // before and after; other sessions' WAL counts too, so run it alone). Variants alternate by round.
 //   node --import tsx bench/db-cost.ts [--events 20000] [--rounds 3] [--modes keep,delete]
-//     [--variants current,generic,narrow]
+//     [--variants current,seq,generic,narrow,...] (VARIANTS)
 // (the services running; run it under the lock). docs/benchmarks/2026-12-03-database-cost.md has the results.
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -12,6 +12,7 @@ import postgres from 'postgres';
 import { Deadline } from '../src/budget.ts';
 import { parseTableName, qualified } from '../src/outbox/identifier.ts';
 import { dropOutbox, migrate } from '../src/outbox/migrate.ts';
+import { deleteSentSql, moveSentSql } from '../src/outbox/sql.ts';
 import { OutboxStore, type SentRowsMode } from '../src/outbox/store.ts';
 import { txSettings } from '../src/outbox/tx-settings.ts';
 
@@ -39,7 +40,11 @@ const STEPS: Step[] = ['begin+settings', 'claim', 'savepoint', 'mark', 'commit']
 interface Variant {
   claim?: (text: string, limit: number) => string;
   settings?: (params: string[]) => string[];
+  /** the mark's text (by seq: $1 the rows' seqs, not their ctids), from the store's tables and mode */
+  markBySeq?: (store: OutboxStore, mode: SentRowsMode) => string;
 }
+const bySeq = (s: OutboxStore, mode: SentRowsMode) =>
+  mode === 'delete' ? deleteSentSql(s.table, 'seq') : moveSentSql(s.table, s.sentTable, 'seq');
 const VARIANTS: Record<string, Variant> = {
   current: {},
   // the LIMIT written into the text, and the plan made once per connection
@@ -55,6 +60,29 @@ const VARIANTS: Record<string, Variant> = {
         'cand AS MATERIALIZED (SELECT seq, id, aggregatetype, aggregateid, type, payload, '
           + 'payload_bytes, headers_bytes, topic, headers, attempts FROM',
       ),
+  },
+  // the mark by seq, as before 2026-12-03 (current: by ctid, a TID scan): 500 probes of the seq index
+  seq: { markBySeq: bySeq },
+  // by seq, bounded by the batch's range too (a range scan, the list a hashed filter); delete mode only
+  range: {
+    markBySeq: (s, mode) =>
+      mode === 'delete'
+        ? `DELETE FROM ${s.table} WHERE seq BETWEEN (SELECT min(s) FROM unnest($1::bigint[]) s)
+      AND (SELECT max(s) FROM unnest($1::bigint[]) s) AND seq = ANY($1::bigint[]) AND sent_at IS NULL`
+        : bySeq(s, mode),
+  },
+  // attribution only (not equivalent claims): one part of the claim left out at a time
+  'no-gap': {
+    claim: (text) =>
+      text.replace('LEFT JOIN gap USING', 'LEFT JOIN (SELECT NULL::text, NULL::bigint WHERE false) gap(aggregateid, first_gap) USING'),
+  },
+  'no-cut': { claim: (text) => text.replace('WHERE seq <= (SELECT last_seq FROM cut)', 'WHERE $4::bigint > 0') },
+  'no-advisory': {
+    claim: (text) => text.replace(/pg_try_advisory_xact_lock\(hashtextextended\(aggregateid, hashtext\(\$2\)\)\)/, '$2::text <> \'\''),
+  },
+  'no-rowlock': { claim: (text) => text.replace('FOR UPDATE OF r SKIP LOCKED', '') },
+  'no-blocked': {
+    claim: (text) => text.replace(/\(aggregateid NOT IN \(SELECT aggregateid FROM blocked\) OR [^\n]*\)\n/, 'true\n'),
   },
 };
 
@@ -104,17 +132,21 @@ async function one(mode: SentRowsMode, round: number, variant: string): Promise<
       });
       const claim = store.claimStatement(BATCH, { aggregates: [], inFlight: [], topics: [], topicTemplate: '' });
       const text = v.claim ? v.claim(claim.text, BATCH) : claim.text;
-      type Claimed = Array<{ seq: string; publishable: boolean }>;
+      type Claimed = Array<{ seq: string; tid?: string; publishable: boolean }>;
       const claimed = () => conn.unsafe(text, claim.params as never[], { prepare: true });
       const rows = (await step('claim', claimed)) as Claimed;
-      const seqs = rows.filter((r) => r.publishable).map((r) => r.seq);
+      const marked = rows.filter((r) => r.publishable);
+      const param = marked.map((r) => (v.markBySeq ? r.seq : r.tid!));
+      const markText = v.markBySeq ? v.markBySeq(store, mode) : store.markText;
       await step('savepoint', () => conn`SAVEPOINT premark`);
-      await step('mark', () => conn.unsafe(store.markText, [seqs] as never[], { prepare: true }));
+      await step('mark', () => conn.unsafe(markText, [param] as never[], { prepare: true }));
       await step('commit', () => conn`COMMIT`);
       if (rows.length < BATCH) break;
     }
     conn.release();
   });
+  const left = await sql.unsafe(`SELECT count(*)::int AS n FROM ${t}`);
+  if (mode === 'delete' && left[0]!.n !== 0) throw new Error(`${variant}: ${left[0]!.n} rows left after the run`);
   await dropOutbox(sql, table);
   return out;
 }
@@ -142,7 +174,8 @@ for (const m of modes) {
     const w = med(runs.map((x) => x[s].wal)) / N;
     total += us;
     wal += w;
-    console.log(`  ${s.padEnd(16)} ${us.toFixed(2).padStart(7)} µs ${w.toFixed(0).padStart(7)} B`);
+    const each = runs.map((x) => (x[s].ns / 1000 / N).toFixed(2)).join(' ');
+    console.log(`  ${s.padEnd(16)} ${us.toFixed(2).padStart(7)} µs ${w.toFixed(0).padStart(7)} B   rounds: ${each}`);
   }
   console.log(`  ${'total'.padEnd(16)} ${total.toFixed(2).padStart(7)} µs ${wal.toFixed(0).padStart(7)} B`);
 }

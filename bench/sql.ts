@@ -1,6 +1,7 @@
 // Statements the relay never runs, for the benches' comparisons (and one G4 test's): each stands in
 // for one of the relay's own (src/outbox/sql.ts) to show what that one buys. bench/stores.ts puts
 // them in an OutboxStore; bench/marks.ts runs them by itself. `{t}` as there: the quoted table.
+import { type MarkKey, markedBy } from '../src/outbox/sql.ts';
 
 /**
  * A plain SKIP LOCKED claim without any order guard (in place of claimStatement): every row it
@@ -9,7 +10,8 @@
  */
 export function claimUnguardedSql(t: string): string {
   return `
-SELECT seq, id, aggregatetype, aggregateid, type, payload::text AS payload, topic, headers, attempts, true AS publishable
+SELECT seq, ctid AS tid, id, aggregatetype, aggregateid, type, payload::text AS payload, topic, headers, attempts,
+  true AS publishable
 FROM ${t}
 WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL AND NOT waiting AND next_attempt_at <= now()
 ORDER BY seq
@@ -21,10 +23,10 @@ FOR UPDATE SKIP LOCKED`;
  * How pre-release versions, before the sent table, marked a row sent (in place of moveSentSql): a
  * second version of the row, in place. pruneInPlaceSql deletes such rows.
  */
-export function markInPlaceSql(t: string): string {
+export function markInPlaceSql(t: string, key: MarkKey = 'seq'): string {
   return `
 UPDATE ${t} SET sent_at = now(), last_error = NULL
-WHERE seq = ANY($1::bigint[]) AND sent_at IS NULL`;
+WHERE ${markedBy(key)} AND sent_at IS NULL`;
 }
 
 /** Retention of rows marked sent in place (markInPlaceSql), one chunk, as pre-release versions pruned them. */

@@ -16,6 +16,7 @@ export const MARK_WAITING_CHUNK = 10_000;
 /** The statements a batch transaction sends, the store's (a bench's store replaces some). */
 export interface BatchStatements {
   readonly table: string;
+  /** the mark: $1 the sent rows' ctids (sql.ts, MarkKey) */
   readonly markText: string;
   readonly unwaitText: string;
   readonly markWaitingText: string;
@@ -35,8 +36,8 @@ export class BatchTx implements BatchTransaction {
   private connectionUser: 'this' | 'next' = 'this';
   /** the rows premark() marked behind the savepoint, and whether those statements succeeded */
   private premarked?: { seqs: Set<string>; written: Promise<boolean> };
-  /** the claimed rows' aggregates, and whether each had failed before (sending it may free its aggregate) */
-  private readonly claimed = new Map<string, { aggregateid: string; retried: boolean }>();
+  /** the claimed rows' aggregates, whether each had failed before (sending it may free its aggregate), and ctids */
+  private readonly claimed = new Map<string, { aggregateid: string; retried: boolean; tid: string }>();
   /** BEGIN and the settings, in flight ahead of the first statement (see open) */
   private opened: Promise<void> = Promise.resolve();
 
@@ -83,14 +84,14 @@ export class BatchTx implements BatchTransaction {
   /** Up to `limit` rows in seq order, with the order guard's verdict (ClaimFilter says what is left out). */
   async claim(limit: number, filter: ClaimFilter = NO_FILTER): Promise<ClaimedRow[]> {
     const { text, params } = this.statements.claimStatement(limit, filter);
-    const claimed = this.send<ClaimedRow[]>('claiming a batch', text, params);
+    const claimed = this.send<Array<ClaimedRow & { tid: string }>>('claiming a batch', text, params);
     claimed.catch(() => undefined);
     // if BEGIN failed, so did the claim behind it: the connection is the same
     await this.opened;
     const rows = await claimed;
     // seq order is the publishing order within an aggregate (G4); the claim leaves it to us
     rows.sort(bySeq);
-    for (const r of rows) this.claimed.set(r.seq, { aggregateid: r.aggregateid, retried: r.attempts > 0 });
+    for (const r of rows) this.claimed.set(r.seq, { aggregateid: r.aggregateid, retried: r.attempts > 0, tid: r.tid });
     const heldBack = rows.filter((r) => !r.publishable);
     if (heldBack.length === 0) return rows;
     const gaps = [...new Set(heldBack.map((r) => r.first_gap!))];
@@ -126,7 +127,7 @@ export class BatchTx implements BatchTransaction {
     const { markText, unwaitText } = this.statements;
     const statements = [
       this.run('opening the premark savepoint', this.conn`SAVEPOINT premark`),
-      this.send('marking rows sent', markText, [seqs]),
+      this.send('marking rows sent', markText, [this.tidsOf(seqs)]),
     ];
     // a row that had failed, once sent, may free the rows waiting behind it (the waiting marks)
     const freed = this.aggregatesOf(seqs, true);
@@ -219,7 +220,7 @@ export class BatchTx implements BatchTransaction {
       await pre.written;
       statements.push(this.run('undoing the premarks', this.conn`ROLLBACK TO SAVEPOINT premark`));
     }
-    if (sent.length) statements.push(this.send('marking rows sent', markText, [sent]));
+    if (sent.length) statements.push(this.send('marking rows sent', markText, [this.tidsOf(sent)]));
     if (failures.length) {
       const params = [
         failures.map((f) => f.seq),
@@ -248,6 +249,15 @@ export class BatchTx implements BatchTransaction {
       throw failed.reason;
     }
     this.end();
+  }
+
+  /** The ctids of the claimed rows `seqs`, for the mark: rows this transaction claimed, and only those. */
+  private tidsOf(seqs: string[]): string[] {
+    return seqs.map((seq) => {
+      const row = this.claimed.get(seq);
+      if (!row) throw new Error(`row ${seq} is marked sent but was not claimed by this batch: a bug in the relay, report it`);
+      return row.tid;
+    });
   }
 
   /** The distinct aggregates of the claimed rows `seqs` (only those that had failed before, with `retriedOnly`). */

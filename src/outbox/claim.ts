@@ -60,7 +60,7 @@ export function claimStatement(t: string, policy: ParkedPolicy, limit: number, f
   // and only up to bytes.payload (see ClaimBytes).
   const text = `WITH ${ctes.join(',\n')}
 SELECT seq, id, aggregatetype, aggregateid, type, CASE WHEN payload_bytes <= ${size.payload} THEN payload::text END AS payload, payload_bytes,
-  topic, headers, attempts${columns.map((c) => `, ${c}`).join('')}, first_gap, (first_gap IS NULL OR seq < first_gap) AS publishable
+  topic, headers, attempts${columns.map((c) => `, ${c}`).join('')}, tid, first_gap, (first_gap IS NULL OR seq < first_gap) AS publishable
 FROM taken LEFT JOIN gap USING (aggregateid)`;
   return { text, params: p.list };
 }
@@ -110,10 +110,10 @@ function firstRowsForTopics(t: string, $: { template: string; list: string }): s
  * conditions (NULL, not true, when not). ORDER BY both keys of the claim index: the only path that
  * yields seq order without a sort (the batch's planner settings price sorts out). The row is kept
  * as stored (a large payload as a pointer to its TOAST data), not rendered: only the rows the byte
- * cut takes are.
+ * cut takes are. Its ctid (tid) is what the batch's mark deletes by (sql.ts, MarkKey).
  */
 function candidates(t: string, $: { limit: string; seed: string }, leftOut: string | undefined, topics: boolean): string {
-  return `SELECT * FROM ${t} r
+  return `SELECT r.ctid AS tid, * FROM ${t} r
   WHERE ${pending()}
     AND (aggregateid NOT IN (SELECT aggregateid FROM blocked) OR seq < (SELECT b.first_blocked FROM blocked b WHERE b.aggregateid = r.aggregateid))${
       topics ? '\n    AND NOT EXISTS (SELECT 1 FROM held h WHERE h.aggregateid = r.aggregateid AND h.first_held <= r.seq)' : ''}${

@@ -12,8 +12,9 @@ export function arrayLiteral(values: unknown): string {
   return `{${values.map((v) => (v === null || v === undefined ? 'NULL' : `"${String(v).replace(/[\\"]/g, (c) => `\\${c}`)}"`)).join(',')}}`;
 }
 
-// the array types the relay's statements take as parameters, by their built-in OIDs (element types int8, text, uuid, int4)
-const ARRAY_OIDS = { int8: 1016, text: 1009, uuid: 2951, int4: 1007 } as const;
+// the array types the relay's statements take as parameters, by their built-in OIDs (element types int8, text, uuid,
+// int4, tid)
+const ARRAY_OIDS = { int8: 1016, text: 1009, uuid: 2951, int4: 1007, tid: 1010 } as const;
 
 /**
  * The options every relay client shares. fetch_types off: by default postgres.js asks each new

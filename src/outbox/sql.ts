@@ -50,12 +50,13 @@ WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL AND NOT waiti
  * table `sent` (the sent table), in the batch transaction, stamped with sent_at. One statement: the
  * DELETE's RETURNING feeds the INSERT. A rollback (a crash, a failed COMMIT, the premark's
  * savepoint) undoes both halves, so a row is either unsent in the outbox or sent in `sent`.
+ * `key`: the rows' keys in $1 (MarkKey).
  */
-export function moveSentSql(t: string, sent: string): string {
+export function moveSentSql(t: string, sent: string, key: MarkKey = 'seq'): string {
   return `
 WITH moved AS (
   DELETE FROM ${t}
-  WHERE seq = ANY($1::bigint[]) AND sent_at IS NULL
+  WHERE ${markedBy(key)} AND sent_at IS NULL
   RETURNING id, aggregatetype, aggregateid, type, payload, topic, headers, seq, created_at, attempts, retried_at, retried_by, retried_reason, retried_operator
 )
 INSERT INTO ${sent} (id, aggregatetype, aggregateid, type, payload, topic, headers, seq, created_at, sent_at, attempts, retried_at, retried_by, retried_reason, retried_operator)
@@ -68,11 +69,19 @@ FROM moved`;
  * About five times cheaper than the UPDATE (no new 1 KB row version, no index insertions), for
  * teams that need no record of sent events in the table (Debezium's own advice for outboxes).
  */
-export function deleteSentSql(t: string): string {
+export function deleteSentSql(t: string, key: MarkKey = 'seq'): string {
   return `
 DELETE FROM ${t}
-WHERE seq = ANY($1::bigint[]) AND sent_at IS NULL`;
+WHERE ${markedBy(key)} AND sent_at IS NULL`;
 }
+
+/**
+ * How a mark names its rows ($1): by `ctid` in the batch transaction, whose rows are locked from the
+ * claim on, so their ctid cannot change (a TID scan, no probes of the seq index: 23 % of the delete's
+ * CPU, docs/benchmarks/2026-12-03-database-cost.md); by `seq` elsewhere.
+ */
+export type MarkKey = 'ctid' | 'seq';
+export const markedBy = (key: MarkKey) => (key === 'ctid' ? 'ctid = ANY($1::tid[])' : 'seq = ANY($1::bigint[])');
 
 /** One attempt failed for each listed row: record why, when to try again, or park it. */
 export function recordFailuresSql(t: string): string {

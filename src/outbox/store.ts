@@ -83,7 +83,8 @@ export class OutboxStore implements Store, BatchStatements, SideStatements {
     this.policy = policy;
     this.sentTable = qualified(sentTable(table));
     this.sentRows = sentRows;
-    this.markText = sentRows === 'delete' ? q.deleteSentSql(this.table) : q.moveSentSql(this.table, this.sentTable);
+    this.markText =
+      sentRows === 'delete' ? q.deleteSentSql(this.table, 'ctid') : q.moveSentSql(this.table, this.sentTable, 'ctid');
     this.whyEmptyText = q.whyEmptySql(this.table, policy);
     const prune = (what: PruneTarget) => q.pruneSql(this.table, this.sentTable, what);
     this.pruneText = { sent: prune('sent'), skipped: prune('skipped') };
