@@ -71,6 +71,15 @@ const VARIANTS: Record<string, Variant> = {
       AND (SELECT max(s) FROM unnest($1::bigint[]) s) AND seq = ANY($1::bigint[]) AND sent_at IS NULL`
         : bySeq(s, mode),
   },
+  // the byte cut's window only when the candidates' bytes exceed the batch's (an initplan runs when first read)
+  'cut-sum-first': {
+    claim: (text) =>
+      text.replace(
+        'cut AS MATERIALIZED (SELECT coalesce(',
+        'cut AS MATERIALIZED (SELECT CASE WHEN (SELECT sum(coalesce(payload_bytes, 0) + coalesce(headers_bytes, 0)) '
+          + 'FROM cand) <= $4::bigint THEN (SELECT max(seq) FROM cand) ELSE (SELECT coalesce(',
+      ).replace('FROM cand) s),\n', 'FROM cand) s) END AS last_seq),\n'),
+  },
   // attribution only (not equivalent claims): one part of the claim left out at a time
   'no-gap': {
     claim: (text) =>
