@@ -7,18 +7,14 @@
 // schedule's events, sent as EventBridge sends them (asynchronously); a backlog sized so that one
 // short invocation (a 4 s timeout) stops on its budget with more rows left than it moved.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { join } from 'node:path';
+import { rmSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import type { Sql } from 'postgres';
-import { parse } from 'yaml';
 import { helperMarker } from '../../src/fanout.ts';
-import { consumeAll, copiesById, counts, db, firstCopyOrder, fixture, insertEvents, isSorted, ROOT, runCli, seqsById, type Fixture } from './helpers.ts';
-import { Emulator, scheduledEvent } from './lambda-emulator.ts';
+import { consumeAll, copiesById, counts, db, firstCopyOrder, fixture, insertEvents, isSorted, runCli, seqsById, type Fixture } from './helpers.ts';
+import { Emulator, packagedFunction, scheduledEvent } from './lambda-emulator.ts';
 import { LambdaInvokeApi, type Recorded } from './lambda-invoke-api.ts';
 
-const ZIP = join(ROOT, '.build', 'relay.zip');
 /** the function's timeout (s) and safety margin: each invocation relays for about two seconds */
 const TIMEOUT_S = 4;
 const SHORT = { OUTBOX_SAFETY_MARGIN_MS: '2000', OUTBOX_BATCH_SIZE: '200' };
@@ -30,15 +26,7 @@ const apis: LambdaInvokeApi[] = [];
 
 before(() => {
   sql = db();
-  const install = spawnSync('bash', [join(ROOT, 'scripts', 'lambda-runtime.sh'), 'install'], { cwd: ROOT, encoding: 'utf8', timeout: 900_000 });
-  assert.equal(install.status, 0, `scripts/lambda-runtime.sh install failed:\n${install.stdout}${install.stderr}`);
-  const build = spawnSync(process.execPath, [join(ROOT, 'scripts', 'build.mjs'), '--lambda-only'], { cwd: ROOT, encoding: 'utf8', timeout: 180_000 });
-  assert.equal(build.status, 0, `scripts/build.mjs --lambda-only failed:\n${build.stdout}${build.stderr}`);
-  mkdirSync(join(ROOT, '.cache'), { recursive: true });
-  taskRoot = mkdtempSync(join(ROOT, '.cache', 'lambda-task-fanout-'));
-  const unzip = spawnSync('unzip', ['-q', ZIP, '-d', taskRoot], { encoding: 'utf8' });
-  assert.equal(unzip.status, 0, `unzip ${ZIP} failed: ${unzip.stderr}`);
-  handler = (parse(readFileSync(join(ROOT, 'serverless.yml'), 'utf8')) as { functions: { relay: { handler: string } } }).functions.relay.handler;
+  ({ taskRoot, handler } = packagedFunction('lambda-task-fanout-'));
 });
 
 after(async () => {

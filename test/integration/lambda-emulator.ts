@@ -3,14 +3,36 @@
 // bench/cold-start.ts times cold starts with. scripts/lambda-runtime.sh installs the emulator and
 // AWS's Node runtime interface client into .cache (`bash scripts/lambda-runtime.sh install`).
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import net from 'node:net';
 import { join } from 'node:path';
+import { parse } from 'yaml';
 import { ROOT } from './helpers.ts';
 
 export const RIE = join(ROOT, '.cache', 'lambda-rie', 'bin', 'aws-lambda-rie');
 export const RIC = join(ROOT, '.cache', 'lambda-ric', 'node_modules', 'aws-lambda-ric', 'index.mjs');
+
+export const ZIP = join(ROOT, '.build', 'relay.zip');
+
+/**
+ * The function as deployed: the emulator and the runtime client installed by the project's own
+ * script (a no-op once cached), the zip built as `npm run package` builds it (its serverless plugin
+ * runs exactly this), unzipped as Lambda does into a task root of its own (only what is in the zip
+ * is there), and the handler exactly as serverless.yml names it. The caller removes the task root.
+ */
+export function packagedFunction(prefix: string): { taskRoot: string; handler: string } {
+  const install = spawnSync('bash', [join(ROOT, 'scripts', 'lambda-runtime.sh'), 'install'], { cwd: ROOT, encoding: 'utf8', timeout: 900_000 });
+  assert.equal(install.status, 0, `scripts/lambda-runtime.sh install failed:\n${install.stdout}${install.stderr}`);
+  const build = spawnSync(process.execPath, [join(ROOT, 'scripts', 'build.mjs'), '--lambda-only'], { cwd: ROOT, encoding: 'utf8', timeout: 180_000 });
+  assert.equal(build.status, 0, `scripts/build.mjs --lambda-only failed:\n${build.stdout}${build.stderr}`);
+  mkdirSync(join(ROOT, '.cache'), { recursive: true });
+  const taskRoot = mkdtempSync(join(ROOT, '.cache', prefix));
+  const unzip = spawnSync('unzip', ['-q', ZIP, '-d', taskRoot], { encoding: 'utf8' });
+  assert.equal(unzip.status, 0, `unzip ${ZIP} failed: ${unzip.stderr}`);
+  const sls = parse(readFileSync(join(ROOT, 'serverless.yml'), 'utf8')) as { functions: { relay: { handler: string } } };
+  return { taskRoot, handler: sls.functions.relay.handler };
+}
 
 /** what EventBridge sends a function on a `rate(1 minute)` schedule */
 export function scheduledEvent(): Record<string, unknown> {

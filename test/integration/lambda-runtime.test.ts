@@ -12,16 +12,14 @@
 // the X-Ray tracer's only with OUTBOX_TRACING=true.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { Sql } from 'postgres';
-import { parse } from 'yaml';
 import { consumeAll, copiesById, counts, db, fixture, insertEvents, ROOT, type Fixture } from './helpers.ts';
-import { Emulator, type Invocation } from './lambda-emulator.ts';
+import { Emulator, packagedFunction, type Invocation } from './lambda-emulator.ts';
 
-const ZIP = join(ROOT, '.build', 'relay.zip');
 /** the Lambda bundle with the test hooks on (scripts/build.mjs --test-hooks): never deployed */
 const TEST_HOOKS_BUNDLE = join(ROOT, '.build', 'relay-test-hooks');
 
@@ -36,17 +34,7 @@ const recorders: string[] = [];
 
 before(() => {
   sql = db();
-  // the emulator and the runtime client, by the project's own script (a no-op once cached)
-  const install = spawnSync('bash', [join(ROOT, 'scripts', 'lambda-runtime.sh'), 'install'], { cwd: ROOT, encoding: 'utf8', timeout: 900_000 });
-  assert.equal(install.status, 0, `scripts/lambda-runtime.sh install failed:\n${install.stdout}${install.stderr}`);
-  // the zip, as `npm run package` builds it (its serverless plugin runs exactly this)
-  const build = spawnSync(process.execPath, [join(ROOT, 'scripts', 'build.mjs'), '--lambda-only'], { cwd: ROOT, encoding: 'utf8', timeout: 180_000 });
-  assert.equal(build.status, 0, `scripts/build.mjs --lambda-only failed:\n${build.stdout}${build.stderr}`);
-  // unzipped as Lambda does into its task root: only what is in the zip is there
-  mkdirSync(join(ROOT, '.cache'), { recursive: true });
-  taskRoot = mkdtempSync(join(ROOT, '.cache', 'lambda-task-'));
-  const unzip = spawnSync('unzip', ['-q', ZIP, '-d', taskRoot], { encoding: 'utf8' });
-  assert.equal(unzip.status, 0, `unzip ${ZIP} failed: ${unzip.stderr}`);
+  ({ taskRoot, handler } = packagedFunction('lambda-task-'));
   // the same bundle with the test hooks on, in a task root of its own laid out as the zip's
   const hooks = spawnSync(process.execPath, [join(ROOT, 'scripts', 'build.mjs'), '--test-hooks'], { cwd: ROOT, encoding: 'utf8', timeout: 180_000 });
   assert.equal(hooks.status, 0, `scripts/build.mjs --test-hooks failed:\n${hooks.stdout}${hooks.stderr}`);
@@ -54,9 +42,6 @@ before(() => {
   // laid out as the zip (handler.mjs, chunks/, THIRD-PARTY-NOTICES.txt), chunks named by their own content
   cpSync(TEST_HOOKS_BUNDLE, testHooksRoot, { recursive: true });
   assert.deepEqual(readdirSync(testHooksRoot).sort(), readdirSync(taskRoot).sort(), 'the test-hooks bundle is laid out as the zip');
-  // the handler exactly as the deployed function names it
-  const sls = parse(readFileSync(join(ROOT, 'serverless.yml'), 'utf8')) as { functions: { relay: { handler: string } } };
-  handler = sls.functions.relay.handler;
 });
 
 after(async () => {
