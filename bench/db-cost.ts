@@ -4,7 +4,7 @@
 // charged the backend's CPU (/proc/PID/schedstat, ns) and the WAL it wrote (pg_current_wal_lsn()
 // before and after; other sessions' WAL counts too, so run it alone). Variants alternate by round.
 //   node --import tsx bench/db-cost.ts [--events 20000] [--rounds 3] [--modes keep,delete]
-//     [--variants current,seq,generic,narrow,...] (VARIANTS)
+//     [--variants current,ctid,seq,generic,...] (VARIANTS)
 // (the services running; run it under the lock). docs/benchmarks/2026-12-03-database-cost.md has the results.
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -42,7 +42,16 @@ interface Variant {
   settings?: (params: string[]) => string[];
   /** the mark's text (by seq: $1 the rows' seqs, not their ctids), from the store's tables and mode */
   markBySeq?: (store: OutboxStore, mode: SentRowsMode) => string;
+  /** the mark's text by ctid alone ($1 the rows' ctids) */
+  markByCtid?: (store: OutboxStore, mode: SentRowsMode) => string;
 }
+const byCtid = (s: OutboxStore, mode: SentRowsMode) => {
+  const moved = 'id, aggregatetype, aggregateid, type, payload, topic, headers, seq, created_at, attempts, retried_at, retried_by, retried_reason, retried_operator';
+  return mode === 'delete'
+    ? `DELETE FROM ${s.table} WHERE ctid = ANY($1::tid[]) AND sent_at IS NULL`
+    : `WITH moved AS (DELETE FROM ${s.table} WHERE ctid = ANY($1::tid[]) AND sent_at IS NULL RETURNING ${moved})
+INSERT INTO ${s.sentTable} (${moved}, sent_at) SELECT ${moved}, now() FROM moved`;
+};
 const bySeq = (s: OutboxStore, mode: SentRowsMode) =>
   mode === 'delete' ? deleteSentSql(s.table, 'seq') : moveSentSql(s.table, s.sentTable, 'seq');
 const VARIANTS: Record<string, Variant> = {
@@ -52,17 +61,10 @@ const VARIANTS: Record<string, Variant> = {
     claim: (text, limit) => text.replace('LIMIT $1\n', `LIMIT ${limit} + 0 * $1::int\n`),
     settings: (params) => params.map((p) => (p === 'force_custom_plan' ? 'force_generic_plan' : p)),
   },
-  // the candidates' tuplestore holds only the columns the statement reads, not the whole row
-  narrow: {
-    claim: (text) =>
-      text.replace(
-        'cand AS MATERIALIZED (SELECT * FROM',
-        'cand AS MATERIALIZED (SELECT seq, id, aggregatetype, aggregateid, type, payload, '
-          + 'payload_bytes, headers_bytes, topic, headers, attempts FROM',
-      ),
-  },
-  // the mark by seq, as before 2026-12-03 (current: by ctid, a TID scan): 500 probes of the seq index
+  // the mark by seq, as before 2026-12-03 (current: by address, a TID scan): 500 probes of the seq index
   seq: { markBySeq: bySeq },
+  // the mark by ctid alone, unchecked, as 8e518f2 to f93d769 (current: by tableoid and ctid, its count checked)
+  ctid: { markByCtid: (s, mode) => byCtid(s, mode) },
   // by seq, bounded by the batch's range too (a range scan, the list a hashed filter); delete mode only
   range: {
     markBySeq: (s, mode) =>
@@ -141,14 +143,15 @@ async function one(mode: SentRowsMode, round: number, variant: string): Promise<
       });
       const claim = store.claimStatement(BATCH, { aggregates: [], inFlight: [], topics: [], topicTemplate: '' });
       const text = v.claim ? v.claim(claim.text, BATCH) : claim.text;
-      type Claimed = Array<{ seq: string; tid?: string; publishable: boolean }>;
+      type Claimed = Array<{ seq: string; rel: string; tid: string; publishable: boolean }>;
       const claimed = () => conn.unsafe(text, claim.params as never[], { prepare: true });
       const rows = (await step('claim', claimed)) as Claimed;
       const marked = rows.filter((r) => r.publishable);
-      const param = marked.map((r) => (v.markBySeq ? r.seq : r.tid!));
-      const markText = v.markBySeq ? v.markBySeq(store, mode) : store.markText;
+      const tids = marked.map((r) => r.tid);
+      const params = v.markBySeq ? [marked.map((r) => r.seq)] : v.markByCtid ? [tids] : [marked.map((r) => r.rel), tids];
+      const markText = v.markBySeq?.(store, mode) ?? v.markByCtid?.(store, mode) ?? store.markText;
       await step('savepoint', () => conn`SAVEPOINT premark`);
-      await step('mark', () => conn.unsafe(markText, [param] as never[], { prepare: true }));
+      await step('mark', () => conn.unsafe(markText, params as never[], { prepare: true }));
       await step('commit', () => conn`COMMIT`);
       if (rows.length < BATCH) break;
     }

@@ -24,9 +24,10 @@ FOR UPDATE SKIP LOCKED`;
  * second version of the row, in place. pruneInPlaceSql deletes such rows.
  */
 export function markInPlaceSql(t: string, key: MarkKey = 'seq'): string {
+  const rows = markedBy(key, 'o');
   return `
-UPDATE ${t} SET sent_at = now(), last_error = NULL
-WHERE ${markedBy(key)} AND sent_at IS NULL`;
+UPDATE ${t} o SET sent_at = now(), last_error = NULL${rows.using.replace(' USING ', ' FROM ')}
+WHERE ${rows.where} AND o.sent_at IS NULL`;
 }
 
 /** Retention of rows marked sent in place (markInPlaceSql), one chunk, as pre-release versions pruned them. */

@@ -19,7 +19,7 @@ export class UnguardedStore extends OutboxStore {
 
 /** Marks acked rows sent in place (an UPDATE of the outbox row), as pre-release versions did, instead of moving them. */
 export class MarkInPlaceStore extends OutboxStore {
-  override readonly markText = markInPlaceSql(this.table, 'ctid');
+  override readonly markText = markInPlaceSql(this.table, 'address');
 }
 
 /** A Runtime whose store is `Store` (one of the above) in place of the relay's own; all else the same. */

@@ -16,7 +16,7 @@ export const MARK_WAITING_CHUNK = 10_000;
 /** The statements a batch transaction sends, the store's (a bench's store replaces some). */
 export interface BatchStatements {
   readonly table: string;
-  /** the mark: $1 the sent rows' ctids (sql.ts, MarkKey) */
+  /** the mark: $1, $2 the sent rows' addresses (sql.ts, markedBy) */
   readonly markText: string;
   readonly unwaitText: string;
   readonly markWaitingText: string;
@@ -28,6 +28,9 @@ export interface BatchStatements {
 /** open: BEGIN sent. committing: COMMIT written, answer pending. ended: the connection released, unless handed over. */
 type TxState = 'open' | 'committing' | 'ended';
 
+/** Where a claimed row version is (sql.ts markedBy): its table or partition, and its ctid there. */
+type Address = { rel: string; tid: string };
+
 const NO_FILTER: ClaimFilter = { aggregates: [], inFlight: [], topics: [], topicTemplate: '' };
 
 export class BatchTx implements BatchTransaction {
@@ -36,8 +39,8 @@ export class BatchTx implements BatchTransaction {
   private connectionUser: 'this' | 'next' = 'this';
   /** the rows premark() marked behind the savepoint, and whether those statements succeeded */
   private premarked?: { seqs: Set<string>; written: Promise<boolean> };
-  /** the claimed rows' aggregates, whether each had failed before (sending it may free its aggregate), and ctids */
-  private readonly claimed = new Map<string, { aggregateid: string; retried: boolean; tid: string }>();
+  /** the claimed rows' aggregates, whether each had failed before (sending it may free its aggregate), and addresses */
+  private readonly claimed = new Map<string, { aggregateid: string; retried: boolean; rel: string; tid: string }>();
   /** BEGIN and the settings, in flight ahead of the first statement (see open) */
   private opened: Promise<void> = Promise.resolve();
 
@@ -84,14 +87,14 @@ export class BatchTx implements BatchTransaction {
   /** Up to `limit` rows in seq order, with the order guard's verdict (ClaimFilter says what is left out). */
   async claim(limit: number, filter: ClaimFilter = NO_FILTER): Promise<ClaimedRow[]> {
     const { text, params } = this.statements.claimStatement(limit, filter);
-    const claimed = this.send<Array<ClaimedRow & { tid: string }>>('claiming a batch', text, params);
+    const claimed = this.send<Array<ClaimedRow & Address>>('claiming a batch', text, params);
     claimed.catch(() => undefined);
     // if BEGIN failed, so did the claim behind it: the connection is the same
     await this.opened;
     const rows = await claimed;
     // seq order is the publishing order within an aggregate (G4); the claim leaves it to us
     rows.sort(bySeq);
-    for (const r of rows) this.claimed.set(r.seq, { aggregateid: r.aggregateid, retried: r.attempts > 0, tid: r.tid });
+    for (const r of rows) this.claimed.set(r.seq, { aggregateid: r.aggregateid, retried: r.attempts > 0, rel: r.rel, tid: r.tid });
     const heldBack = rows.filter((r) => !r.publishable);
     if (heldBack.length === 0) return rows;
     const gaps = [...new Set(heldBack.map((r) => r.first_gap!))];
@@ -127,7 +130,7 @@ export class BatchTx implements BatchTransaction {
     const { markText, unwaitText } = this.statements;
     const statements = [
       this.run('opening the premark savepoint', this.conn`SAVEPOINT premark`),
-      this.send('marking rows sent', markText, [this.tidsOf(seqs)]),
+      this.send('marking rows sent', markText, this.addressesOf(seqs)),
     ];
     // a row that had failed, once sent, may free the rows waiting behind it (the waiting marks)
     const freed = this.aggregatesOf(seqs, true);
@@ -220,13 +223,14 @@ export class BatchTx implements BatchTransaction {
       await pre.written;
       statements.push(this.run('undoing the premarks', this.conn`ROLLBACK TO SAVEPOINT premark`));
     }
-    if (sent.length) statements.push(this.send('marking rows sent', markText, [this.tidsOf(sent)]));
+    if (sent.length) statements.push(this.send('marking rows sent', markText, this.addressesOf(sent)));
     if (failures.length) {
       const params = [
         failures.map((f) => f.seq),
         failures.map((f) => f.error.slice(0, 2_000)),
         failures.map((f) => Math.round(f.delayMs)),
         failures.map((f) => (f.park ? 1 : 0)),
+        ...this.addressesOf(failures.map((f) => f.seq)),
       ];
       statements.push(this.send('recording failed attempts', q.recordFailuresSql(table), params, false));
     }
@@ -251,13 +255,17 @@ export class BatchTx implements BatchTransaction {
     this.end();
   }
 
-  /** The ctids of the claimed rows `seqs`, for the mark: rows this transaction claimed, and only those. */
-  private tidsOf(seqs: string[]): string[] {
-    return seqs.map((seq) => {
+  /** The addresses (tableoids, ctids) of the claimed rows `seqs`, for the marks: rows this transaction claimed, and only those. */
+  private addressesOf(seqs: string[]): [rels: string[], tids: string[]] {
+    const rels: string[] = [];
+    const tids: string[] = [];
+    for (const seq of seqs) {
       const row = this.claimed.get(seq);
-      if (!row) throw new Error(`row ${seq} is marked sent but was not claimed by this batch: a bug in the relay, report it`);
-      return row.tid;
-    });
+      if (!row) throw new Error(`row ${seq} is marked but was not claimed by this batch: a bug in the relay, report it`);
+      rels.push(row.rel);
+      tids.push(row.tid);
+    }
+    return [rels, tids];
   }
 
   /** The distinct aggregates of the claimed rows `seqs` (only those that had failed before, with `retriedOnly`). */

@@ -42,6 +42,7 @@ export interface ClaimBytes {
 export function claimStatement(t: string, policy: ParkedPolicy, limit: number, filter: ClaimFilter, lockSeed: string, bytes: ClaimBytes,
   columns: readonly ClaimColumn[] = []): Statement {
   const p = new Params();
+  const extra = columns.map(columnName);
   const claim = { limit: p.add(limit), seed: p.add(lockSeed), inFlight: p.add(filter.inFlight) };
   const size = { batch: p.add(bytes.batch), payload: p.add(bytes.payload) };
   const leftOut = filter.aggregates.length > 0 ? p.add(filter.aggregates) : undefined;
@@ -49,7 +50,7 @@ export function claimStatement(t: string, policy: ParkedPolicy, limit: number, f
   const ctes = [
     `blocked AS MATERIALIZED (${blockedAggregates(t, policy)})`,
     topics ? `held AS MATERIALIZED (${firstRowsForTopics(t, topics)})` : undefined,
-    `cand AS MATERIALIZED (${candidates(t, claim, leftOut, topics !== undefined)})`,
+    `cand AS MATERIALIZED (${candidates(t, claim, leftOut, topics !== undefined, columns)})`,
     `cut AS MATERIALIZED (${batchBytesCut(size.batch)})`,
     'taken AS NOT MATERIALIZED (SELECT * FROM cand WHERE seq <= (SELECT last_seq FROM cut))',
     'aggs AS (SELECT aggregateid, max(seq) AS max_seq, array_agg(seq) AS seqs FROM taken GROUP BY aggregateid)',
@@ -60,9 +61,23 @@ export function claimStatement(t: string, policy: ParkedPolicy, limit: number, f
   // and only up to bytes.payload (see ClaimBytes).
   const text = `WITH ${ctes.join(',\n')}
 SELECT seq, id, aggregatetype, aggregateid, type, CASE WHEN payload_bytes <= ${size.payload} THEN payload::text END AS payload, payload_bytes,
-  topic, headers, attempts${columns.map((c) => `, ${c}`).join('')}, tid, first_gap, (first_gap IS NULL OR seq < first_gap) AS publishable
+  topic, headers, attempts${extra.map((c) => `, ${c}`).join('')}, rel, tid, first_gap, (first_gap IS NULL OR seq < first_gap) AS publishable
 FROM taken LEFT JOIN gap USING (aggregateid)`;
   return { text, params: p.list };
+}
+
+/**
+ * What a candidate carries, named (never the outbox's `*`: an application's column of any name,
+ * such as one called like an alias below, changes nothing): its address (rel, tid: the mark's,
+ * sql.ts markedBy), what the byte cut, the order guard and the message need. Unqualified: only
+ * the outbox is in the candidates' FROM.
+ */
+const CAND_COLUMNS = ['tableoid AS rel', 'ctid AS tid', 'seq', 'id', 'aggregatetype', 'aggregateid', 'type', 'payload', 'payload_bytes',
+  'headers_bytes', 'topic', 'headers', 'attempts'];
+
+/** The name a claim column is read back by: the alias of an expression (`... AS placed`), else the column. */
+function columnName(c: ClaimColumn): string {
+  return / AS (\w+)$/.exec(c)?.[1] ?? c;
 }
 
 /**
@@ -110,10 +125,11 @@ function firstRowsForTopics(t: string, $: { template: string; list: string }): s
  * conditions (NULL, not true, when not). ORDER BY both keys of the claim index: the only path that
  * yields seq order without a sort (the batch's planner settings price sorts out). The row is kept
  * as stored (a large payload as a pointer to its TOAST data), not rendered: only the rows the byte
- * cut takes are. Its ctid (tid) is what the batch's mark deletes by (sql.ts, MarkKey).
+ * cut takes are. Its address (rel, tid) is what the batch's mark names it by (sql.ts, markedBy).
  */
-function candidates(t: string, $: { limit: string; seed: string }, leftOut: string | undefined, topics: boolean): string {
-  return `SELECT r.ctid AS tid, * FROM ${t} r
+function candidates(t: string, $: { limit: string; seed: string }, leftOut: string | undefined, topics: boolean,
+  columns: readonly ClaimColumn[]): string {
+  return `SELECT ${[...CAND_COLUMNS, ...columns].join(', ')} FROM ${t} r
   WHERE ${pending()}
     AND (aggregateid NOT IN (SELECT aggregateid FROM blocked) OR seq < (SELECT b.first_blocked FROM blocked b WHERE b.aggregateid = r.aggregateid))${
       topics ? '\n    AND NOT EXISTS (SELECT 1 FROM held h WHERE h.aggregateid = r.aggregateid AND h.first_held <= r.seq)' : ''}${

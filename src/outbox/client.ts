@@ -13,8 +13,8 @@ export function arrayLiteral(values: unknown): string {
 }
 
 // the array types the relay's statements take as parameters, by their built-in OIDs (element types int8, text, uuid,
-// int4, tid)
-const ARRAY_OIDS = { int8: 1016, text: 1009, uuid: 2951, int4: 1007, tid: 1010 } as const;
+// int4, tid, oid)
+const ARRAY_OIDS = { int8: 1016, text: 1009, uuid: 2951, int4: 1007, tid: 1010, oid: 1028 } as const;
 
 /**
  * The options every relay client shares. fetch_types off: by default postgres.js asks each new

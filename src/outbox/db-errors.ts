@@ -2,6 +2,7 @@
 // lost connection, a pooler that loses named prepared statements, a missing migration.
 import { DatabaseError, DeadlineExceededError } from '../errors.ts';
 import { tlsRefusal } from '../transport.ts';
+import { ROW_CHECK_FAILED } from './sql.ts';
 
 const AUTH_CODES = new Set(['28P01', '28000']);
 
@@ -72,6 +73,16 @@ export function wrapDbError(err: unknown, what: string): Error {
       'check DATABASE_URL or the DATABASE_SECRET_ID secret';
     return new DatabaseError(message, { cause: err, retriable: false });
   }
+  const check = rowCheckFailure(e);
+  if (check) {
+    // not retriable: the table's shape, not a passing fault; the batch is rolled back with it
+    const message =
+      `the batch was rolled back while ${what}: ${check}. The outbox table (or its sent table) is not shaped as the relay's ` +
+      'statements expect: row-level security hiding rows from the role or forbidding the change, a trigger or rule that suppresses it, ' +
+      'or rows the statement did not name. Nothing of the batch was marked or charged and the invocation stopped; its rows stay ' +
+      'pending and are published again (same ids) once the table is fixed (docs/schema.md, "Tables the relay refuses")';
+    return new DatabaseError(message, { cause: err, retriable: false });
+  }
   const refused = tlsRefusal(err, 'database');
   if (refused) return new DatabaseError(refused, { cause: err, retriable: false });
   if (e?.code === '42703') {
@@ -92,4 +103,12 @@ export function wrapDbError(err: unknown, what: string): Error {
     `database error while ${what}: ${e?.message ?? String(err)}${e?.code ? ` (${e.code})` : ''}`,
     { cause: err },
   );
+}
+
+/** A row check's failure (sql.ts, exactly: a failed cast of its message, 22P02): what it says, else undefined. */
+function rowCheckFailure(e: { code?: string; message?: string } | undefined): string | undefined {
+  if (e?.code !== '22P02' || !e.message) return undefined;
+  const at = e.message.indexOf(`${ROW_CHECK_FAILED}: `);
+  if (at < 0) return undefined;
+  return e.message.slice(at + ROW_CHECK_FAILED.length + 2).replace(/"$/, '');
 }

@@ -27,7 +27,8 @@ export class SideTransactions {
     const doing = `pruning ${what === 'skipped' ? 'skipped' : 'sent'} rows`;
     const text = this.statements.pruneText[what];
     // lock_timeout as long as the statement's: a sent row nothing else locks
-    return this.run(deadline, doing, undefined, async (tx) => (await tx.query(doing, text, [retainMs, limit])).count);
+    type Pruned = { affected: string };
+    return this.run(deadline, doing, undefined, async (tx) => Number((await tx.query<Pruned[]>(doing, text, [retainMs, limit]))[0]?.affected ?? 0));
   }
 
   /**

@@ -47,86 +47,137 @@ WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL AND NOT waiti
 
 /**
  * OUTBOX_SENT_ROWS=keep (the default): acked rows move, whole, from the outbox `t` to its sent
- * table `sent` (the sent table), in the batch transaction, stamped with sent_at. One statement: the
- * DELETE's RETURNING feeds the INSERT. A rollback (a crash, a failed COMMIT, the premark's
- * savepoint) undoes both halves, so a row is either unsent in the outbox or sent in `sent`.
- * `key`: the rows' keys in $1 (MarkKey).
+ * table `sent`, in the batch transaction, stamped with sent_at. One statement: the DELETE's
+ * RETURNING feeds the INSERT. A rollback (a crash, a failed COMMIT, the premark's savepoint) undoes
+ * both halves, so a row is either unsent in the outbox or sent in `sent`. The statement fails
+ * unless both halves affected exactly the rows named (exactly): a mark that matched fewer (row-level
+ * security, a trigger returning NULL) would re-send them forever, one that matched more loses rows.
  */
-export function moveSentSql(t: string, sent: string, key: MarkKey = 'seq'): string {
+export function moveSentSql(t: string, sent: string, key: MarkKey = 'address'): string {
+  const rows = markedBy(key, 'o');
   return `
 WITH moved AS (
-  DELETE FROM ${t}
-  WHERE ${markedBy(key)} AND sent_at IS NULL
-  RETURNING id, aggregatetype, aggregateid, type, payload, topic, headers, seq, created_at, attempts, retried_at, retried_by, retried_reason, retried_operator
+  DELETE FROM ${t} o${rows.using}
+  WHERE ${rows.where} AND o.sent_at IS NULL
+  RETURNING o.id, o.aggregatetype, o.aggregateid, o.type, o.payload, o.topic, o.headers, o.seq, o.created_at, o.attempts, o.retried_at, o.retried_by, o.retried_reason, o.retried_operator
+),
+put AS (
+  INSERT INTO ${sent} (id, aggregatetype, aggregateid, type, payload, topic, headers, seq, created_at, sent_at, attempts, retried_at, retried_by, retried_reason, retried_operator)
+  SELECT id, aggregatetype, aggregateid, type, payload, topic, headers, seq, created_at, now(), attempts, retried_at, retried_by, retried_reason, retried_operator
+  FROM moved
+  RETURNING 1
 )
-INSERT INTO ${sent} (id, aggregatetype, aggregateid, type, payload, topic, headers, seq, created_at, sent_at, attempts, retried_at, retried_by, retried_reason, retried_operator)
-SELECT id, aggregatetype, aggregateid, type, payload, topic, headers, seq, created_at, now(), attempts, retried_at, retried_by, retried_reason, retried_operator
-FROM moved`;
+${exactly(rows.count, ['the mark moved', 'moved', 'rows out of the outbox'], ['and wrote', 'put', 'into the sent table'])}`;
 }
 
 /**
- * OUTBOX_SENT_ROWS=delete: acked rows are deleted in the batch transaction instead of marked.
- * About five times cheaper than the UPDATE (no new 1 KB row version, no index insertions), for
- * teams that need no record of sent events in the table (Debezium's own advice for outboxes).
+ * OUTBOX_SENT_ROWS=delete: acked rows are deleted in the batch transaction instead of moved.
+ * About five times cheaper than the move (no second copy, no index insertions), for teams that
+ * need no record of sent events in the table (Debezium's own advice for outboxes). Checked as the move.
  */
-export function deleteSentSql(t: string, key: MarkKey = 'seq'): string {
+export function deleteSentSql(t: string, key: MarkKey = 'address'): string {
+  const rows = markedBy(key, 'o');
   return `
-DELETE FROM ${t}
-WHERE ${markedBy(key)} AND sent_at IS NULL`;
+WITH gone AS (
+  DELETE FROM ${t} o${rows.using}
+  WHERE ${rows.where} AND o.sent_at IS NULL
+  RETURNING 1
+)
+${exactly(rows.count, ['the mark deleted', 'gone', 'rows of the outbox'])}`;
 }
 
 /**
- * How a mark names its rows ($1): by `ctid` in the batch transaction, whose rows are locked from the
- * claim on, so their ctid cannot change (a TID scan, no probes of the seq index: 23 % of the delete's
- * CPU, docs/benchmarks/2026-12-03-database-cost.md); by `seq` elsewhere.
+ * How a mark names its rows: by `address` in the batch transaction, $1 each row's tableoid and $2
+ * its ctid, as the claim read them: the rows are locked from the claim on, so neither can change, and
+ * the pair names one row version in a table, its partitions and its inheritance children alike
+ * (a ctid alone repeats across partitions). A TID scan per row, no probe of the seq index
+ * (docs/benchmarks/2026-12-03-database-cost.md). By `seq` ($1) in the benches' comparisons.
  */
-export type MarkKey = 'ctid' | 'seq';
-export const markedBy = (key: MarkKey) => (key === 'ctid' ? 'ctid = ANY($1::tid[])' : 'seq = ANY($1::bigint[])');
+export type MarkKey = 'address' | 'seq';
+export function markedBy(key: MarkKey, alias: string): { using: string; where: string; count: string } {
+  if (key === 'seq') return { using: '', where: `${alias}.seq = ANY ($1::bigint[])`, count: 'cardinality($1::bigint[])' };
+  return {
+    using: ' USING unnest($1::oid[], $2::tid[]) AS k(rel, tid)',
+    where: `${alias}.tableoid = k.rel AND ${alias}.ctid = k.tid`,
+    count: 'cardinality($2::tid[])',
+  };
+}
 
-/** One attempt failed for each listed row: record why, when to try again, or park it. */
+/**
+ * What a failed row check's error says first (db-errors.ts reads it): plain SQL raises nothing, so
+ * `exactly` fails a cast of its message to bigint (22P02), which aborts the transaction.
+ */
+export const ROW_CHECK_FAILED = 'outbox-relay row check';
+
+/**
+ * The closing SELECT of a statement whose data-modifying CTEs must each have affected exactly
+ * `expected` rows: one row, `affected`, or the statement fails saying what each affected
+ * (`parts`: the words before, the CTE, the words after). A CTE's rows are counted in full whether
+ * or not the SELECT reads them (Postgres runs every data-modifying CTE to completion).
+ */
+function exactly(expected: string, ...parts: Array<[before: string, cte: string, after: string]>): string {
+  const counts = parts.map(([, cte]) => `(SELECT count(*) FROM ${cte})`);
+  const said = parts.map(([before, , after], i) => `'${before} ' || ${counts[i]} || ' ${after}'`).join(` || ' ' || `);
+  return `SELECT CASE WHEN ${counts.map((c) => `${c} = ${expected}`).join(' AND ')} THEN ${expected}::bigint
+  ELSE ('${ROW_CHECK_FAILED}: ' || ${said} || ', of ' || ${expected} || ' rows named')::bigint END AS affected`;
+}
+
+/**
+ * One attempt failed for each listed row: record why, when to try again, or park it. The rows are
+ * named by seq and checked by address ($5, $6: tableoid and ctid, as for the mark), and every one
+ * must be charged (exactly): an UPDATE hidden by row-level security or a trigger would leave a
+ * poison row uncharged, retried without backoff forever.
+ */
 export function recordFailuresSql(t: string): string {
   return `
-UPDATE ${t} AS r
-SET attempts = r.attempts + 1,
-    last_error = f.error,
-    next_attempt_at = now() + f.delay_ms * interval '1 millisecond',
-    parked_at = CASE WHEN f.park = 1 THEN now() END
--- park travels as 0/1: postgres.js mis-types a JS boolean[] parameter (sends it as boolean)
-FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::int[]) AS f(seq, error, delay_ms, park)
-WHERE r.seq = f.seq`;
+WITH charged AS (
+  UPDATE ${t} AS r
+  SET attempts = r.attempts + 1,
+      last_error = f.error,
+      next_attempt_at = now() + f.delay_ms * interval '1 millisecond',
+      parked_at = CASE WHEN f.park = 1 THEN now() END
+  -- park travels as 0/1: postgres.js mis-types a JS boolean[] parameter (sends it as boolean)
+  FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::int[], $5::oid[], $6::tid[]) AS f(seq, error, delay_ms, park, rel, tid)
+  WHERE r.seq = f.seq AND r.tableoid = f.rel AND r.ctid = f.tid
+  RETURNING 1
+)
+${exactly('cardinality($1::bigint[])', ['recording failed attempts updated', 'charged', 'rows'])}`;
 }
 
 /**
  * Retention, one chunk: delete up to $2 rows sent (or skipped) more than $1 ms ago, oldest first,
- * skipping rows someone else holds. Chunks keep each transaction short; the caller repeats them
- * until a chunk comes back short. Two places hold such rows:
+ * skipping rows someone else holds; one row back, `affected`. Chunks keep each transaction short;
+ * the caller repeats them until a chunk comes back short. Two places hold such rows:
  * - `sent`: the sent table, through its sent_at index;
  * - `skipped`: rows an operator skipped, kept in the outbox for audit (their own window, OUTBOX_RETAIN_SKIPPED_MS).
- * In the sent table rows are found by ctid: it has no key, and a TID scan needs none. No row
- * lock there (FOR UPDATE would need the UPDATE privilege on it): only retention touches its rows,
- * and of two retentions at once, the second waits for the first's chunk and finds its rows gone,
- * which ends its pass early; a TID scan visits rows in ctid order, so the two cannot deadlock.
+ * Rows are named by address (tableoid, ctid: markedBy), which a partitioned or inherited table
+ * cannot repeat. No row lock in the sent table (FOR UPDATE would need the UPDATE privilege on it):
+ * only retention touches its rows, and of two retentions at once, the second waits for the first's
+ * chunk and finds its rows gone, which ends its pass early (so fewer than chosen is no error there).
+ * Skipped rows are locked, so every one chosen must go (exactly).
  */
 export function pruneSql(t: string, sent: string, what: PruneTarget): string {
   if (what === 'sent') {
     return `
-DELETE FROM ${sent}
-WHERE ctid = ANY (ARRAY(
-  SELECT ctid FROM ${sent}
+WITH due AS MATERIALIZED (
+  SELECT tableoid AS rel, ctid AS tid FROM ${sent}
   WHERE sent_at < now() - $1 * interval '1 millisecond'
   ORDER BY sent_at
   LIMIT $2
-))`;
+),
+gone AS (DELETE FROM ${sent} s USING due d WHERE s.tableoid = d.rel AND s.ctid = d.tid RETURNING 1)
+SELECT count(*) AS affected FROM gone`;
   }
   return `
-DELETE FROM ${t}
-WHERE seq IN (
-  SELECT seq FROM ${t}
+WITH due AS MATERIALIZED (
+  SELECT tableoid AS rel, ctid AS tid FROM ${t}
   WHERE skipped_at IS NOT NULL AND skipped_at < now() - $1 * interval '1 millisecond'
   ORDER BY skipped_at
   LIMIT $2
   FOR UPDATE SKIP LOCKED
-)`;
+),
+gone AS (DELETE FROM ${t} o USING due d WHERE o.tableoid = d.rel AND o.ctid = d.tid RETURNING 1)
+${exactly('(SELECT count(*) FROM due)', ['retention deleted', 'gone', 'skipped rows'])}`;
 }
 
 export function statusSql(t: string): string {

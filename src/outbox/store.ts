@@ -84,7 +84,7 @@ export class OutboxStore implements Store, BatchStatements, SideStatements {
     this.sentTable = qualified(sentTable(table));
     this.sentRows = sentRows;
     this.markText =
-      sentRows === 'delete' ? q.deleteSentSql(this.table, 'ctid') : q.moveSentSql(this.table, this.sentTable, 'ctid');
+      sentRows === 'delete' ? q.deleteSentSql(this.table) : q.moveSentSql(this.table, this.sentTable);
     this.whyEmptyText = q.whyEmptySql(this.table, policy);
     const prune = (what: PruneTarget) => q.pruneSql(this.table, this.sentTable, what);
     this.pruneText = { sent: prune('sent'), skipped: prune('skipped') };

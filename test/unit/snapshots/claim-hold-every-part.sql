@@ -9,7 +9,7 @@ held AS MATERIALIZED (SELECT aggregateid, min(seq) AS first_held FROM "outbox"
   WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL
     AND coalesce(nullif(topic, ''), replace(replace($7::text, '{aggregatetype}', aggregatetype), '{type}', type)) = ANY ($8::text[])
   GROUP BY aggregateid),
-cand AS MATERIALIZED (SELECT r.ctid AS tid, * FROM "outbox" r
+cand AS MATERIALIZED (SELECT tableoid AS rel, ctid AS tid, seq, id, aggregatetype, aggregateid, type, payload, payload_bytes, headers_bytes, topic, headers, attempts FROM "outbox" r
   WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL AND NOT waiting
     AND (aggregateid NOT IN (SELECT aggregateid FROM blocked) OR seq < (SELECT b.first_blocked FROM blocked b WHERE b.aggregateid = r.aggregateid))
     AND NOT EXISTS (SELECT 1 FROM held h WHERE h.aggregateid = r.aggregateid AND h.first_held <= r.seq)
@@ -34,5 +34,5 @@ gap AS MATERIALIZED (SELECT a.aggregateid, (SELECT seq FROM "outbox"
     THEN EXISTS (SELECT FROM aggs a, LATERAL (SELECT FROM "outbox"
       WHERE aggregateid = a.aggregateid AND waiting AND sent_at IS NULL AND skipped_at IS NULL AND seq < a.max_seq LIMIT 1) w) END)
 SELECT seq, id, aggregatetype, aggregateid, type, CASE WHEN payload_bytes <= $5 THEN payload::text END AS payload, payload_bytes,
-  topic, headers, attempts, tid, first_gap, (first_gap IS NULL OR seq < first_gap) AS publishable
+  topic, headers, attempts, rel, tid, first_gap, (first_gap IS NULL OR seq < first_gap) AS publishable
 FROM taken LEFT JOIN gap USING (aggregateid)

@@ -5,7 +5,7 @@ WITH blocked AS MATERIALIZED (
     AND (next_attempt_at > now())
   GROUP BY aggregateid
 ),
-cand AS MATERIALIZED (SELECT r.ctid AS tid, * FROM "outbox" r
+cand AS MATERIALIZED (SELECT tableoid AS rel, ctid AS tid, seq, id, aggregatetype, aggregateid, type, payload, payload_bytes, headers_bytes, topic, headers, attempts FROM "outbox" r
   WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL AND NOT waiting
     AND (aggregateid NOT IN (SELECT aggregateid FROM blocked) OR seq < (SELECT b.first_blocked FROM blocked b WHERE b.aggregateid = r.aggregateid))
     AND next_attempt_at <= now()
@@ -28,5 +28,5 @@ gap AS MATERIALIZED (SELECT a.aggregateid, (SELECT seq FROM "outbox"
     THEN EXISTS (SELECT FROM aggs a, LATERAL (SELECT FROM "outbox"
       WHERE aggregateid = a.aggregateid AND waiting AND sent_at IS NULL AND skipped_at IS NULL AND seq < a.max_seq LIMIT 1) w) END)
 SELECT seq, id, aggregatetype, aggregateid, type, CASE WHEN payload_bytes <= $5 THEN payload::text END AS payload, payload_bytes,
-  topic, headers, attempts, tid, first_gap, (first_gap IS NULL OR seq < first_gap) AS publishable
+  topic, headers, attempts, rel, tid, first_gap, (first_gap IS NULL OR seq < first_gap) AS publishable
 FROM taken LEFT JOIN gap USING (aggregateid)
