@@ -28,9 +28,10 @@ import {
 import { ConfigError } from './errors.ts';
 import { LOG_LEVELS, type LogLevel } from './log.ts';
 import { TEST_HOOKS } from './test-hooks.ts';
-import { ALLOW_PLAINTEXT_LOGIN, DATABASE_SSL_MODES, databasePlaintextProblem, databaseTls, kafkaPlaintextProblem, kafkaTlsDefault, urlHosts, urlLogin, type DatabaseSsl } from './transport.ts';
+import { ALLOW_PLAINTEXT_LOGIN, DATABASE_SSL_MODES, databasePlaintextProblem, databaseTls, kafkaPlaintextProblem, kafkaTlsDefault, parseBroker } from './transport.ts';
+import { judgedHosts, parseDatabaseUrl, type DatabaseUrl } from './database-url.ts';
 import { EnvReader, type Env } from './config/env-reader.ts';
-import { KAFKA_AUTHS, KAFKA_CLIENTS, type Config, type KafkaAuth } from './config/types.ts';
+import { KAFKA_AUTHS, KAFKA_CLIENTS, type Config, type KafkaAuth, type KafkaClientName } from './config/types.ts';
 
 // the Config's shape lives in config/types.ts; importers keep naming this file
 export { KAFKA_AUTHS, KAFKA_CLIENTS, type Config, type KafkaAuth, type KafkaClientName } from './config/types.ts';
@@ -82,18 +83,14 @@ function databaseConfig(read: EnvReader, allowPlaintext: boolean): Config['datab
     read.problems.push('DATABASE_URL or DATABASE_SECRET_ID is required; e.g. DATABASE_URL=postgres://user:pass@host:5432/db, or DATABASE_SECRET_ID naming a Secrets Manager secret (RDS JSON or a URL)');
   }
   if (url && secretId) read.problems.push('set only one of DATABASE_URL and DATABASE_SECRET_ID, not both');
-  if (url && !/^postgres(ql)?:\/\//.test(url)) {
-    read.problems.push('DATABASE_URL must start with postgres:// or postgresql:// (e.g. postgres://user:pass@host:5432/db)');
-  } else if (url && urlHosts(url).length === 0) {
-    // postgres.js would fall back to PGHOST or localhost, and the TLS default could not tell which
-    read.problems.push('DATABASE_URL names no host: give one (e.g. postgres://user:pass@host:5432/db)');
-  }
+  const parsed = url === undefined ? undefined : databaseUrl(read, url);
   const auth = read.oneOf('DATABASE_AUTH', ['password', 'iam'] as const, 'password');
   const ssl = read.str('DATABASE_SSL') === undefined ? undefined : read.oneOf('DATABASE_SSL', DATABASE_SSL_MODES, 'verify-full', 'verify-full, or disable when the host is this machine');
   // with a secret, the host is known only once it is read: the Runtime applies the same rules then
-  if (url && urlHosts(url).length > 0) {
-    if (auth === 'iam') iamUrlProblems(read, url, ssl, allowPlaintext);
-    const plaintext = auth === 'password' && !allowPlaintext ? databasePlaintextProblem(databaseTls(ssl, url, urlHosts(url)), urlHosts(url), auth) : undefined;
+  if (parsed) {
+    if (auth === 'iam') iamUrlProblems(read, parsed);
+    const hosts = judgedHosts(parsed);
+    const plaintext = allowPlaintext ? undefined : databasePlaintextProblem(databaseTls(ssl, parsed.sslmode, hosts), hosts, auth);
     if (plaintext) read.problems.push(plaintext);
   }
   return {
@@ -107,18 +104,29 @@ function databaseConfig(read: EnvReader, allowPlaintext: boolean): Config['datab
   };
 }
 
-/** DATABASE_AUTH=iam with DATABASE_URL: one host, a user, no password, TLS unless the host is this machine. */
-function iamUrlProblems(read: EnvReader, url: string, ssl: DatabaseSsl | undefined, allowPlaintext: boolean): void {
-  const hosts = urlHosts(url);
-  if (hosts.length > 1) {
+/** DATABASE_URL as postgres.js will read it; undefined, with the problem noted, when it cannot be used. */
+function databaseUrl(read: EnvReader, url: string): DatabaseUrl | undefined {
+  if (!/^postgres(ql)?:\/\//.test(url)) {
+    read.problems.push('DATABASE_URL must start with postgres:// or postgresql:// (e.g. postgres://user:pass@host:5432/db)');
+    return undefined;
+  }
+  try {
+    return parseDatabaseUrl(url, 'DATABASE_URL');
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    read.problems.push(...err.problems);
+    return undefined;
+  }
+}
+
+/** DATABASE_AUTH=iam with DATABASE_URL: one host, a user, no password (TLS: as for a password). */
+function iamUrlProblems(read: EnvReader, url: DatabaseUrl): void {
+  if (url.hosts.length > 1) {
     read.problems.push('DATABASE_AUTH=iam signs a token for one host, and DATABASE_URL names several: name the one endpoint (an instance, cluster or RDS Proxy endpoint)');
     return;
   }
-  const login = urlLogin(url);
-  if (!login.user) read.problems.push('DATABASE_AUTH=iam needs the database user in DATABASE_URL, as the token is signed for it: postgres://user@host:5432/db');
-  if (new URL(url).password) read.problems.push('DATABASE_URL has a password, but DATABASE_AUTH=iam logs in with a token: remove the password (postgres://user@host:5432/db)');
-  const tls = allowPlaintext ? undefined : databasePlaintextProblem(databaseTls(ssl, url, hosts), hosts, 'iam');
-  if (tls) read.problems.push(tls);
+  if (!url.user) read.problems.push('DATABASE_AUTH=iam needs the database user in DATABASE_URL, as the token is signed for it: postgres://user@host:5432/db');
+  if (url.password) read.problems.push('DATABASE_URL has a password, but DATABASE_AUTH=iam logs in with a token: remove the password (postgres://user@host:5432/db)');
 }
 
 function kafkaConfig(read: EnvReader, allowPlaintext: boolean): Config['kafka'] {
@@ -126,9 +134,9 @@ function kafkaConfig(read: EnvReader, allowPlaintext: boolean): Config['kafka'] 
   if (brokers.length === 0) {
     read.problems.push('KAFKA_BROKERS is required: a comma-separated list of host:port, e.g. KAFKA_BROKERS=b-1.msk.example:9096,b-2.msk.example:9096');
   }
-  for (const b of brokers) {
-    if (!/^[A-Za-z0-9.\-_[\]:]+:\d{1,5}$/.test(b)) read.problems.push(`KAFKA_BROKERS entry ${JSON.stringify(b)} is not host:port`);
-  }
+  // kafkajs stays the default: it is the client users named; platformatic is the maintained one
+  const client = read.oneOf('OUTBOX_KAFKA_CLIENT', KAFKA_CLIENTS, 'kafkajs');
+  for (const b of brokers) brokerProblems(read, b, client);
   const secretId = read.str('KAFKA_SECRET_ID');
   const auth = kafkaAuth(read, secretId);
   const region = read.str('AWS_REGION');
@@ -140,8 +148,7 @@ function kafkaConfig(read: EnvReader, allowPlaintext: boolean): Config['kafka'] 
   const plaintext = allowPlaintext ? undefined : kafkaPlaintextProblem({ ssl, brokers, auth });
   if (plaintext) read.problems.push(plaintext);
   return {
-    // kafkajs stays the default: it is the client users named; platformatic is the maintained one
-    client: read.oneOf('OUTBOX_KAFKA_CLIENT', KAFKA_CLIENTS, 'kafkajs'),
+    client,
     brokers,
     auth,
     secretId,
@@ -151,6 +158,26 @@ function kafkaConfig(read: EnvReader, allowPlaintext: boolean): Config['kafka'] 
     clientId: read.str('OUTBOX_CLIENT_ID') ?? 'outbox-relay',
     compression: read.oneOf('OUTBOX_COMPRESSION', ['none', 'gzip'] as const, 'none'),
   };
+}
+
+/**
+ * A KAFKA_BROKERS entry the clients cannot read alike is refused (transport.ts, parseBroker): the
+ * TLS default and the plaintext refusal judge each broker's host, and must judge the one the
+ * client connects to.
+ */
+function brokerProblems(read: EnvReader, broker: string, client: KafkaClientName): void {
+  const parsed = parseBroker(broker);
+  if (!parsed) {
+    read.problems.push(
+      `KAFKA_BROKERS entry ${JSON.stringify(broker)} is not host:port: a host name or IPv4 address, ":" and the port (e.g. b-1.msk.example:9096); an IPv6 address goes in brackets ([2001:db8::1]:9092), with OUTBOX_KAFKA_CLIENT=platformatic`,
+    );
+  } else if (parsed.port < 1 || parsed.port > 65_535) {
+    read.problems.push(`KAFKA_BROKERS entry ${JSON.stringify(broker)} has port ${parsed.port}: a port is 1 to 65535`);
+  } else if (parsed.ipv6 && client === 'kafkajs') {
+    read.problems.push(
+      `KAFKA_BROKERS entry ${JSON.stringify(broker)} is an IPv6 address, which kafkajs cannot connect to (it reads a broker's host up to its first ":"): name the broker by a host name, or set OUTBOX_KAFKA_CLIENT=platformatic`,
+    );
+  }
 }
 
 /**

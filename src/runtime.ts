@@ -17,7 +17,8 @@ import { OutboxStore, type StoreOptions } from './outbox/store.ts';
 import { runInvocation, type Summary } from './relay.ts';
 import { databaseTargetFromSecret, kafkaCredentialsFromSecret, SecretsManagerSource, type SecretSource } from './secrets.ts';
 import type { RdsAuthTokens } from './rds-iam.ts';
-import { ALLOW_PLAINTEXT_LOGIN, databasePlaintextProblem, databaseTls, databaseTlsWarning, kafkaPlaintextProblem, kafkaTlsWarning, urlHosts, urlLogin, verifyFull, type DatabaseTls } from './transport.ts';
+import { ALLOW_PLAINTEXT_LOGIN, databasePlaintextProblem, databaseTls, databaseTlsWarning, kafkaPlaintextProblem, kafkaTlsWarning, verifyFull, type DatabaseTls } from './transport.ts';
+import { judgedHosts, parseDatabaseUrl, type DatabaseUrl } from './database-url.ts';
 
 export class Runtime {
   private sql: Sql | undefined;
@@ -69,10 +70,10 @@ export class Runtime {
    * signed at once, so that missing credentials or region fail here, saying what to check, before
    * any connection. The signer is loaded only for DATABASE_AUTH=iam.
    */
-  private async iamTokens(target: DatabaseTarget, hosts: string[]): Promise<RdsAuthTokens> {
+  private async iamTokens(target: DatabaseTarget, url: DatabaseUrl | undefined): Promise<RdsAuthTokens> {
     const source = this.config.database.url ? 'DATABASE_URL' : `the secret ${JSON.stringify(this.config.database.secretId)}`;
-    if (hosts.length !== 1) throw new ConfigError([`DATABASE_AUTH=iam signs a token for one host, and ${source} names ${hosts.length === 0 ? 'none' : 'several'}: name the one endpoint`]);
-    const login = 'url' in target ? urlLogin(target.url) : { host: target.host, port: target.port, user: target.user };
+    if (url && url.hosts.length !== 1) throw new ConfigError([`DATABASE_AUTH=iam signs a token for one host, and ${source} names several: name the one endpoint`]);
+    const login = 'url' in target ? { host: url!.hosts[0]!, port: url!.ports[0]!, user: url!.user } : { host: target.host, port: target.port, user: target.user };
     if (!login.user) throw new ConfigError([`DATABASE_AUTH=iam needs the database user, as the token is signed for it, and ${source} names none`]);
     const { RdsAuthTokens } = await import('./rds-iam.ts');
     const tokens = new RdsAuthTokens(login);
@@ -97,16 +98,19 @@ export class Runtime {
     if (this.sql && !refresh && !this.store?.poisoned && !this.connectionLost) return this.sql;
     await this.closeDatabase();
     const target = await this.databaseTarget(refresh, deadline);
-    // the host is known only now when it comes from a secret
-    const hosts = 'url' in target ? urlHosts(target.url) : [target.host];
-    const tls = databaseTls(this.config.database.ssl, 'url' in target ? target.url : undefined, hosts);
+    // the host is known only now when it comes from a secret; a URL is read as the driver reads it
+    const url = 'url' in target ? parseDatabaseUrl(target.url, this.config.database.url ? 'DATABASE_URL' : `the URL of the secret ${JSON.stringify(this.config.database.secretId)}`) : undefined;
+    const hosts = url ? judgedHosts(url) : 'host' in target ? [target.host] : [];
+    const tls = databaseTls(this.config.database.ssl, url?.sslmode, hosts);
     this.warnOnce(databaseTlsWarning(tls));
     // config.ts refused a DATABASE_URL's plaintext login; a secret's host is known only now
     const plaintext = databasePlaintextProblem(tls, hosts, this.config.database.auth);
     if (plaintext && !this.config.allowPlaintextLogin) throw new ConfigError([plaintext]);
     this.warnOnce(this.allowedPlaintext(plaintext));
-    this.iam = this.config.database.auth === 'iam' ? await this.iamTokens(target, hosts) : undefined;
-    let client = this.connect(target, this.config.database.prepare, tls);
+    this.iam = this.config.database.auth === 'iam' ? await this.iamTokens(target, url) : undefined;
+    // verify-full checks the certificate against the names the driver connects to
+    const names = url ? url.hosts : hosts;
+    let client = this.connect(target, this.config.database.prepare, tls, names);
     this.prepare = this.config.database.prepare;
     if (this.prepare) {
       const seen = await this.backendPids(client, deadline).catch(async (err: unknown) => {
@@ -127,7 +131,7 @@ export class Runtime {
         });
         await client.end({ timeout: 1 }).catch(() => undefined);
         this.prepare = false;
-        client = this.connect(target, false, tls);
+        client = this.connect(target, false, tls, names);
       }
     }
     this.sql = client;
@@ -150,7 +154,7 @@ export class Runtime {
     return { client: rows.state.pid, server: rows[0]!.pid };
   }
 
-  private connect(target: DatabaseTarget, prepare: boolean, tls: DatabaseTls): Sql {
+  private connect(target: DatabaseTarget, prepare: boolean, tls: DatabaseTls, names: readonly string[]): Sql {
     const db = this.config.database;
     const client: Sql = clientFor(target, {
       ...CLIENT_OPTIONS,
@@ -173,7 +177,7 @@ export class Runtime {
       },
       connection: { application_name: db.applicationName },
       // undefined: the URL's own sslmode (transport.ts, databaseTls)
-      ...(tls.mode === 'verify-full' ? { ssl: verifyFull('url' in target ? urlHosts(target.url) : [target.host]) } : tls.ssl === undefined ? {} : { ssl: tls.ssl }),
+      ...(tls.mode === 'verify-full' ? { ssl: verifyFull(names) } : tls.ssl === undefined ? {} : { ssl: tls.ssl }),
       // DATABASE_AUTH=iam: a token signed for each connection when the server asks for it
       ...(this.iam ? { password: this.iam.password } : {}),
       onnotice: () => undefined,

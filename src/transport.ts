@@ -5,6 +5,7 @@
 // when a secret names its host.
 import { isIP } from 'node:net';
 import { checkServerIdentity, type ConnectionOptions, type PeerCertificate } from 'node:tls';
+import type { SslMode } from './database-url.ts';
 
 /** The one setting that lets a login cross a network unencrypted: a decision, never a default. */
 export const ALLOW_PLAINTEXT_LOGIN = 'OUTBOX_ALLOW_PLAINTEXT_LOGIN';
@@ -39,34 +40,26 @@ export function allLoopback(hosts: readonly string[]): boolean {
   return hosts.length > 0 && hosts.every(isLoopbackHost);
 }
 
-/** The host of a `host:port` broker (`[::1]:9092` → `::1`). */
-export function brokerHost(broker: string): string {
-  const host = broker.slice(0, broker.lastIndexOf(':'));
-  return host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host;
+// KAFKA_BROKERS as the two clients read it. kafkajs takes a broker's host up to its first `:`;
+// @platformatic/kafka up to its last, or inside brackets, and takes an entry with several `:` and
+// no brackets for a host without a port. So `::1:9092` is this machine to a reading up to the last
+// `:`, and the address ::1:9092, off it, to platformatic. Only forms every reader takes alike are
+// accepted: a name or IPv4 address and a port, or (platformatic only) an IPv6 address in brackets.
+const NAMED_BROKER = /^([A-Za-z0-9._-]+):(\d{1,5})$/;
+const BRACKETED_BROKER = /^\[([^\]]+)\]:(\d{1,5})$/;
+
+/** A KAFKA_BROKERS entry's host and port; undefined when it is not in a form both clients read alike. */
+export function parseBroker(broker: string): { host: string; port: number; ipv6: boolean } | undefined {
+  const named = NAMED_BROKER.exec(broker);
+  if (named) return { host: named[1]!, port: Number(named[2]), ipv6: false };
+  const bracketed = BRACKETED_BROKER.exec(broker);
+  if (bracketed && isIP(bracketed[1]!) === 6) return { host: bracketed[1]!, port: Number(bracketed[2]), ipv6: true };
+  return undefined;
 }
 
-/**
- * The hosts of a postgres:// URL, split as postgres.js splits them (`user:pass@h1:5432,h2/db`);
- * an empty list when the URL names none.
- */
-export function urlHosts(url: string): string[] {
-  let hosts = url.slice(url.indexOf('://') + 3).split(/[?/#]/)[0] ?? '';
-  hosts = hosts.slice(hosts.lastIndexOf('@') + 1);
-  if (hosts === '') return [];
-  return hosts.split(',').map((h) => {
-    const host = decodeURIComponent(h);
-    // [::1]:5432 → ::1; host:5432 → host
-    if (host.startsWith('[')) return host.slice(1, host.indexOf(']'));
-    const colon = host.lastIndexOf(':');
-    return colon === -1 ? host : host.slice(0, colon);
-  });
-}
-
-/** The one host, port and user of a postgres:// URL (what DATABASE_AUTH=iam signs a token for). */
-export function urlLogin(url: string): { host: string; port: number; user: string } {
-  const u = new URL(url);
-  const host = u.hostname.startsWith('[') ? u.hostname.slice(1, -1) : u.hostname;
-  return { host: decodeURIComponent(host), port: u.port ? Number(u.port) : 5432, user: decodeURIComponent(u.username) };
+/** Every broker on this machine; an entry not read alike by both clients never counts as one. */
+function allBrokersLoopback(brokers: readonly string[]): boolean {
+  return brokers.length > 0 && brokers.every((b) => isLoopbackHost(parseBroker(b)?.host ?? ''));
 }
 
 /** TLS to Postgres as it will be: what postgres.js is given, and what that means. */
@@ -74,7 +67,7 @@ export interface DatabaseTls {
   /** postgres.js' `ssl`; undefined: not given, the URL's own sslmode decides */
   ssl: false | 'require' | 'verify-full' | undefined;
   /** the mode in effect: disable, allow, prefer, require or verify-full */
-  mode: string;
+  mode: SslMode;
   /** who chose it */
   source: 'DATABASE_SSL' | 'the URL' | 'the default';
 }
@@ -85,9 +78,8 @@ export interface DatabaseTls {
  * checked, unless every host is this machine (isLoopbackHost), where it is off. An RDS-style JSON
  * secret has no sslmode, so its database gets verify-full.
  */
-export function databaseTls(configured: DatabaseSsl | undefined, url: string | undefined, hosts: readonly string[]): DatabaseTls {
+export function databaseTls(configured: DatabaseSsl | undefined, fromUrl: SslMode | undefined, hosts: readonly string[]): DatabaseTls {
   if (configured) return { ssl: configured === 'disable' ? false : configured, mode: configured, source: 'DATABASE_SSL' };
-  const fromUrl = url === undefined ? undefined : urlSslMode(url);
   if (fromUrl) return { ssl: undefined, mode: fromUrl, source: 'the URL' };
   if (allLoopback(hosts)) return { ssl: false, mode: 'disable', source: 'the default' };
   return { ssl: 'verify-full', mode: 'verify-full', source: 'the default' };
@@ -109,19 +101,6 @@ export function verifyFull(hosts: readonly string[]): ConnectionOptions {
   };
 }
 
-/** The TLS mode a URL asks for, read as postgres.js reads it; undefined when it asks for none. */
-function urlSslMode(url: string): string | undefined {
-  const q = url.indexOf('?');
-  if (q === -1) return undefined;
-  const params = new URLSearchParams(url.slice(q + 1).split('#')[0]);
-  const value = params.get('sslmode') ?? params.get('ssl') ?? (params.get('sslrootcert') === 'system' ? 'verify-full' : null);
-  if (value === null) return undefined;
-  if (value === 'disable' || value === 'false') return 'disable';
-  if (value === 'allow' || value === 'prefer' || value === 'require') return value;
-  // anything else postgres.js hands to TLS with the certificate checked (verify-ca, verify-full, true)
-  return 'verify-full';
-}
-
 const settingOf = (tls: DatabaseTls) => (tls.source === 'DATABASE_SSL' ? `DATABASE_SSL=${tls.mode}` : `the database URL's sslmode=${tls.mode}`);
 
 /** A warning for TLS that encrypts (or may) without checking the server; undefined when there is nothing to say. */
@@ -138,19 +117,23 @@ export function databaseTlsWarning(tls: DatabaseTls): string | undefined {
 }
 
 /**
- * A database login unencrypted to a host off this machine: a password with TLS disabled, or an
- * IAM token (it logs anyone in as its user for 15 minutes) with anything short of require.
- * Refused unless OUTBOX_ALLOW_PLAINTEXT_LOGIN=true; undefined when the login is protected.
+ * A database login that may go unencrypted to a host off this machine: anything short of require,
+ * for a password as for an IAM token (it logs anyone in as its user for 15 minutes). allow and
+ * prefer count as off: with libpq they fall back to plaintext when the server (or whoever answers
+ * for it) offers no TLS, and postgres.js does so with prefer. `hosts`: every host the driver may
+ * connect to. Refused unless OUTBOX_ALLOW_PLAINTEXT_LOGIN=true; undefined when the login is protected.
  */
 export function databasePlaintextProblem(tls: DatabaseTls, hosts: readonly string[], auth: 'password' | 'iam'): string | undefined {
   if (allLoopback(hosts)) return undefined;
   const setting = settingOf(tls);
   const fix = tls.source === 'the URL' ? 'remove sslmode from the URL (the default is verify-full) or set DATABASE_SSL=verify-full' : 'unset DATABASE_SSL (the default is verify-full) or set it to verify-full';
+  if (tls.mode === 'require' || tls.mode === 'verify-full') return undefined;
   if (auth === 'iam') {
-    if (tls.mode === 'require' || tls.mode === 'verify-full') return undefined;
     return `DATABASE_AUTH=iam needs TLS to a database off this machine (the auth token logs anyone in as its user for 15 minutes), and ${setting} may send it unencrypted to ${hosts.join(',')}: ${fix}; ${OPT_IN}`;
   }
-  if (tls.mode !== 'disable') return undefined;
+  if (tls.mode !== 'disable') {
+    return `${setting} falls back to no encryption when the server (or anyone posing as it) offers none, and would then send the database password and every row unencrypted to ${hosts.join(',')}: ${fix}; ${OPT_IN}`;
+  }
   return `${setting} sends the database login and every row unencrypted to ${hosts.join(',')}, for anyone on the network path to read or alter: ${fix}; ${OPT_IN}`;
 }
 
@@ -159,7 +142,7 @@ export function databasePlaintextProblem(tls: DatabaseTls, hosts: readonly strin
  * machine, so that credentials never cross a network in the clear by default.
  */
 export function kafkaTlsDefault(sasl: boolean, brokers: readonly string[]): boolean {
-  return sasl && !allLoopback(brokers.map(brokerHost));
+  return sasl && !allBrokersLoopback(brokers);
 }
 
 /**
@@ -169,7 +152,7 @@ export function kafkaTlsDefault(sasl: boolean, brokers: readonly string[]): bool
  * unless OUTBOX_ALLOW_PLAINTEXT_LOGIN=true; undefined when there is no login or it is protected.
  */
 export function kafkaPlaintextProblem(kafka: { ssl: boolean; brokers: readonly string[]; auth: 'none' | 'sasl' | 'iam' }): string | undefined {
-  if (kafka.auth === 'none' || kafka.ssl || allLoopback(kafka.brokers.map(brokerHost))) return undefined;
+  if (kafka.auth === 'none' || kafka.ssl || allBrokersLoopback(kafka.brokers)) return undefined;
   if (kafka.auth === 'iam') {
     return (
       `KAFKA_AUTH=iam with KAFKA_SSL=false would send the IAM token (it logs anyone in as the relay's role for up to 15 minutes) unencrypted to ${kafka.brokers.join(',')}: ` +

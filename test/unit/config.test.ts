@@ -223,15 +223,97 @@ describe('loadConfig: every variable, its default and its bounds', () => {
     assert.match(problems({ ...base, DATABASE_URL: 'jdbc:postgres://h/db' })[0]!, /DATABASE_URL must start with postgres:\/\//);
     assert.equal(loadConfig({ ...base, DATABASE_URL: 'postgresql://h/db' }).database.url, 'postgresql://h/db');
     for (const bad of ['a/b:9092', 'a:123456', 'a:9092/x']) {
-      assert.deepEqual(problems({ ...base, KAFKA_BROKERS: bad }), [`KAFKA_BROKERS entry ${JSON.stringify(bad)} is not host:port`], bad);
+      const p = problems({ ...base, KAFKA_BROKERS: bad });
+      assert.equal(p.length, 1, bad);
+      assert.ok(p[0]!.startsWith(`KAFKA_BROKERS entry ${JSON.stringify(bad)} is not host:port: a host name or IPv4 address`), p[0]);
     }
-    assert.deepEqual(loadConfig({ ...base, KAFKA_BROKERS: 'b-1.msk_x:9096,[::1]:9092,,' }).kafka.brokers, ['b-1.msk_x:9096', '[::1]:9092']);
+    assert.deepEqual(problems({ ...base, KAFKA_BROKERS: 'a:0' }), ['KAFKA_BROKERS entry "a:0" has port 0: a port is 1 to 65535']);
+    assert.deepEqual(loadConfig({ ...base, KAFKA_BROKERS: 'b-1.msk_x:9096,[::1]:9092,,', OUTBOX_KAFKA_CLIENT: 'platformatic' }).kafka.brokers, ['b-1.msk_x:9096', '[::1]:9092']);
   });
 
   it('G8: lists every unknown placeholder of the topic template', () => {
     assert.deepEqual(problems({ ...base, OUTBOX_TOPIC_TEMPLATE: 'x.{tenant}.{type}.{}' }), [
       'OUTBOX_TOPIC_TEMPLATE="x.{tenant}.{type}.{}" uses unknown placeholder(s) {tenant}, {}; allowed: {aggregatetype}, {type}',
     ]);
+  });
+});
+
+describe('loadConfig: DATABASE_URL judged as postgres.js reads it (issue 34)', () => {
+  const remote = { DATABASE_URL: 'postgres://u:p@db.example.com:5432/db', KAFKA_BROKERS: '127.0.0.1:9092' };
+
+  it('user info holding "@" before a host list: every host postgres.js tries is judged, the first one off this machine', () => {
+    // postgres.js splits the user info at the first "@" (hosts evil.example, x@127.0.0.1, localhost);
+    // a reading at the last "@" saw only 127.0.0.1,localhost and turned TLS off
+    const url = 'postgres://u:p@evil.example:5432,x@127.0.0.1,localhost/db';
+    assert.deepEqual(problems({ ...remote, DATABASE_URL: url, DATABASE_SSL: 'disable' }), [
+      'DATABASE_SSL=disable sends the database login and every row unencrypted to evil.example,x@127.0.0.1,localhost, for anyone on the network path to read or alter: ' +
+        'unset DATABASE_SSL (the default is verify-full) or set it to verify-full; or, only if every network path to it is private and you accept that risk, set OUTBOX_ALLOW_PLAINTEXT_LOGIN=true',
+    ]);
+    assert.deepEqual(problems({ ...remote, DATABASE_URL: `${url}?sslmode=disable` }).length, 1);
+    assert.equal(loadConfig({ ...remote, DATABASE_URL: url }).database.ssl, undefined, 'unset: verify-full, as for any host off this machine');
+  });
+
+  it('a query parameter given twice is refused, naming it: postgres.js takes the last sslmode, a reader the first', () => {
+    assert.deepEqual(problems({ ...remote, DATABASE_URL: 'postgres://u:p@db.example.com/db?sslmode=require&sslmode=disable' }), [
+      'DATABASE_URL gives the query parameter "sslmode" more than once: postgres.js takes the last value, and whoever reads the URL may take the first; give it once',
+    ]);
+    for (const name of ['host', 'sslrootcert', 'application_name']) {
+      assert.match(problems({ ...base, DATABASE_URL: `postgres://u:p@127.0.0.1/db?${name}=a&sslmode=disable&${name}=b` }).join('\n'), new RegExp(`^DATABASE_URL gives the query parameter "${name}" more than once`), name);
+    }
+  });
+
+  it('sslmode=prefer or allow with a password or a token to a host off this machine is refused like disable; on this machine, or allowed, it is not', () => {
+    for (const mode of ['prefer', 'allow']) {
+      assert.deepEqual(problems({ ...remote, DATABASE_URL: `postgres://u:p@db.example.com/db?sslmode=${mode}` }), [
+        `the database URL's sslmode=${mode} falls back to no encryption when the server (or anyone posing as it) offers none, and would then send the database password and every row unencrypted to db.example.com: ` +
+          'remove sslmode from the URL (the default is verify-full) or set DATABASE_SSL=verify-full; or, only if every network path to it is private and you accept that risk, set OUTBOX_ALLOW_PLAINTEXT_LOGIN=true',
+      ]);
+      assert.match(problems({ ...remote, DATABASE_AUTH: 'iam', DATABASE_URL: `postgres://u@db.example.com/db?sslmode=${mode}` }).join(), new RegExp(`^DATABASE_AUTH=iam needs TLS .*sslmode=${mode} may send it unencrypted`));
+      assert.equal(loadConfig({ ...remote, DATABASE_URL: `postgres://u:p@localhost/db?sslmode=${mode}` }).database.auth, 'password');
+      assert.equal(loadConfig({ ...remote, DATABASE_URL: `postgres://u:p@db.example.com/db?sslmode=${mode}`, OUTBOX_ALLOW_PLAINTEXT_LOGIN: 'true' }).allowPlaintextLogin, true);
+    }
+    // ssl= and an empty sslmode: postgres.js turns TLS off with the first and ignores the second
+    assert.match(problems({ ...remote, DATABASE_URL: 'postgres://u:p@db.example.com/db?ssl=disable&sslmode=' }).join(), /^the database URL's sslmode=disable sends the database login/);
+  });
+
+  it('every host of a list counts: one off this machine takes the TLS default and the refusal with it', () => {
+    assert.match(problems({ ...remote, DATABASE_URL: 'postgres://u:p@localhost:5432,db.example.com:5433/db?sslmode=disable' }).join(), /unencrypted to localhost,db\.example\.com,/);
+    assert.equal(loadConfig({ ...remote, DATABASE_URL: 'postgres://u:p@localhost:5432,127.0.0.1:5433/db?sslmode=disable' }).database.auth, 'password');
+  });
+
+  it('URLs postgres.js cannot use are refused, saying why', () => {
+    assert.match(problems({ ...remote, DATABASE_URL: 'postgres://u:p@[::1]:5432/db' }).join(), /^DATABASE_URL names the IPv6 address \[::1\], which postgres\.js cannot connect to/);
+    assert.match(problems({ ...remote, DATABASE_URL: 'postgres://u:p@h1,,h2/db' }).join(), /^DATABASE_URL names an empty host in its list "h1,,h2"/);
+    assert.match(problems({ ...remote, DATABASE_URL: 'postgres://u:p@h1,h2:x/db' }).join(), /^DATABASE_URL gives host h2 a port that is not one \("h2:x"\)/);
+    assert.match(problems({ ...remote, DATABASE_URL: 'postgres://u:p%zz@h/db' }).join(), /^DATABASE_URL has a user or password postgres\.js cannot decode/);
+    assert.match(problems({ ...remote, DATABASE_URL: 'postgres://u:p@h%zz/db' }).join(), /^DATABASE_URL is not a URL postgres\.js can read \(URI malformed\)/);
+  });
+});
+
+describe('loadConfig: KAFKA_BROKERS judged broker by broker (issue 34)', () => {
+  const sasl = { ...base, KAFKA_SECRET_ID: 'k' };
+
+  it('an entry the two clients read differently is refused: ::1:9092 is this machine up to its last ":", the address ::1:9092 to platformatic', () => {
+    for (const client of ['kafkajs', 'platformatic']) {
+      for (const odd of ['::1:9092', '::ffff:7f00:1:9092']) {
+        const p = problems({ ...sasl, KAFKA_BROKERS: `127.0.0.1:9092,${odd}`, OUTBOX_KAFKA_CLIENT: client });
+        assert.equal(p.length, 1, `${client} ${odd}`);
+        assert.match(p[0]!, new RegExp(`^KAFKA_BROKERS entry "${odd}" is not host:port`));
+      }
+    }
+  });
+
+  it('an IPv6 broker: kafkajs cannot reach it (refused, saying so); platformatic judges it like any host', () => {
+    assert.deepEqual(problems({ ...sasl, KAFKA_BROKERS: '[::1]:9092' }), [
+      'KAFKA_BROKERS entry "[::1]:9092" is an IPv6 address, which kafkajs cannot connect to (it reads a broker\'s host up to its first ":"): name the broker by a host name, or set OUTBOX_KAFKA_CLIENT=platformatic',
+    ]);
+    assert.equal(loadConfig({ ...sasl, KAFKA_BROKERS: '[::1]:9092,localhost:9093', OUTBOX_KAFKA_CLIENT: 'platformatic' }).kafka.ssl, false, 'all on this machine');
+    assert.equal(loadConfig({ ...sasl, KAFKA_BROKERS: '[::1]:9092,[2001:db8::1]:9092', OUTBOX_KAFKA_CLIENT: 'platformatic' }).kafka.ssl, true);
+  });
+
+  it('with SASL, one broker off this machine turns KAFKA_SSL on, and KAFKA_SSL=false is refused naming every broker', () => {
+    assert.equal(loadConfig({ ...sasl, KAFKA_BROKERS: '127.0.0.1:9092,localhost:9093,b-1.example.com:9096' }).kafka.ssl, true);
+    assert.match(problems({ ...sasl, KAFKA_BROKERS: '127.0.0.1:9092,b-1.example.com:9096', KAFKA_SSL: 'false' }).join(), /^KAFKA_SSL=false would send the SASL login of KAFKA_SECRET_ID unencrypted to 127\.0\.0\.1:9092,b-1\.example\.com:9096/);
   });
 });
 

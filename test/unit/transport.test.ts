@@ -13,8 +13,8 @@ import { ConfigError, DatabaseError } from '../../src/errors.ts';
 import { createLogger } from '../../src/log.ts';
 import { Runtime } from '../../src/runtime.ts';
 import type { SecretSource } from '../../src/secrets.ts';
+import { parseDatabaseUrl } from '../../src/database-url.ts';
 import {
-  brokerHost,
   databasePlaintextProblem,
   databaseTls,
   databaseTlsWarning,
@@ -22,8 +22,11 @@ import {
   kafkaPlaintextProblem,
   kafkaTlsDefault,
   kafkaTlsWarning,
-  urlHosts,
+  parseBroker,
 } from '../../src/transport.ts';
+
+/** The TLS mode a URL asks for, as the relay reads it (src/database-url.ts). */
+const urlMode = (url: string) => parseDatabaseUrl(url, 'DATABASE_URL').sslmode;
 
 const remote = { DATABASE_URL: 'postgres://u:p@db.example.com:5432/db', KAFKA_BROKERS: 'b-1.example.com:9096,b-2.example.com:9096' };
 const local = { DATABASE_URL: 'postgres://u:p@127.0.0.1:5432/db', KAFKA_BROKERS: '127.0.0.1:9092' };
@@ -38,43 +41,39 @@ describe('transport: what counts as this machine', () => {
     }
   });
 
-  it("a URL's hosts as postgres.js splits them; a broker's host", () => {
-    assert.deepEqual(urlHosts('postgres://u:p@db.example.com:5432/db?sslmode=require'), ['db.example.com']);
-    assert.deepEqual(urlHosts('postgres://u:p@h1:5432,h2:5433/db'), ['h1', 'h2']);
-    assert.deepEqual(urlHosts('postgres://u:p@[::1]:5432/db'), ['::1']);
-    assert.deepEqual(urlHosts('postgresql://127.0.0.1/db'), ['127.0.0.1']);
-    assert.deepEqual(urlHosts('postgres://u:p%40x@localhost/db'), ['localhost']);
-    assert.deepEqual(urlHosts('postgres:///db'), []);
-    assert.equal(brokerHost('b-1.example.com:9096'), 'b-1.example.com');
-    assert.equal(brokerHost('[::1]:9092'), '::1');
+  it("a broker's host and port, in the forms both Kafka clients read alike; any other form is no broker", () => {
+    assert.deepEqual(parseBroker('b-1.example.com:9096'), { host: 'b-1.example.com', port: 9096, ipv6: false });
+    assert.deepEqual(parseBroker('[::1]:9092'), { host: '::1', port: 9092, ipv6: true });
+    // platformatic reads these as the hosts ::1:9092, localhost:9092:1 (port 9092); kafkajs as '' and localhost
+    for (const b of ['::1:9092', '::ffff:7f00:1:9092', 'localhost:9092:1', '[localhost]:9092', 'localhost', 'localhost:', '[::1]']) assert.equal(parseBroker(b), undefined, b);
   });
 });
 
 describe('transport: TLS to Postgres', () => {
   it('default: verify-full for a host off this machine, off for a loopback host (every host must be local)', () => {
     assert.deepEqual(databaseTls(undefined, undefined, ['db.example.com']), { ssl: 'verify-full', mode: 'verify-full', source: 'the default' });
-    assert.deepEqual(databaseTls(undefined, 'postgres://u:p@db.example.com/db', ['db.example.com']), { ssl: 'verify-full', mode: 'verify-full', source: 'the default' });
-    assert.deepEqual(databaseTls(undefined, 'postgres://u:p@127.0.0.1/db', ['127.0.0.1']), { ssl: false, mode: 'disable', source: 'the default' });
+    assert.deepEqual(databaseTls(undefined, urlMode('postgres://u:p@db.example.com/db'), ['db.example.com']), { ssl: 'verify-full', mode: 'verify-full', source: 'the default' });
+    assert.deepEqual(databaseTls(undefined, urlMode('postgres://u:p@127.0.0.1/db'), ['127.0.0.1']), { ssl: false, mode: 'disable', source: 'the default' });
     assert.deepEqual(databaseTls(undefined, undefined, ['localhost', '::1']), { ssl: false, mode: 'disable', source: 'the default' });
     assert.equal(databaseTls(undefined, undefined, ['localhost', 'db.example.com']).mode, 'verify-full');
   });
 
   it("DATABASE_SSL wins; else a URL's own sslmode (or ssl, or sslrootcert=system) is left to postgres.js", () => {
-    assert.deepEqual(databaseTls('require', 'postgres://u:p@127.0.0.1/db?sslmode=disable', ['127.0.0.1']), { ssl: 'require', mode: 'require', source: 'DATABASE_SSL' });
+    assert.deepEqual(databaseTls('require', urlMode('postgres://u:p@127.0.0.1/db?sslmode=disable'), ['127.0.0.1']), { ssl: 'require', mode: 'require', source: 'DATABASE_SSL' });
     assert.deepEqual(databaseTls('disable', undefined, ['db.example.com']), { ssl: false, mode: 'disable', source: 'DATABASE_SSL' });
-    assert.deepEqual(databaseTls(undefined, 'postgres://u:p@db.example.com/db?sslmode=require', ['db.example.com']), { ssl: undefined, mode: 'require', source: 'the URL' });
-    assert.equal(databaseTls(undefined, 'postgres://u:p@db.example.com/db?sslmode=disable', ['db.example.com']).mode, 'disable');
-    assert.equal(databaseTls(undefined, 'postgres://u:p@db.example.com/db?ssl=true', ['db.example.com']).mode, 'verify-full');
-    assert.equal(databaseTls(undefined, 'postgres://u:p@db.example.com/db?sslrootcert=system', ['db.example.com']).mode, 'verify-full');
-    assert.equal(databaseTls(undefined, 'postgres://u:p@localhost/db?sslmode=prefer', ['localhost']).mode, 'prefer');
-    assert.equal(databaseTls(undefined, 'postgres://u:p@localhost/db?application_name=x', ['localhost']).mode, 'disable');
+    assert.deepEqual(databaseTls(undefined, urlMode('postgres://u:p@db.example.com/db?sslmode=require'), ['db.example.com']), { ssl: undefined, mode: 'require', source: 'the URL' });
+    assert.equal(databaseTls(undefined, urlMode('postgres://u:p@db.example.com/db?sslmode=disable'), ['db.example.com']).mode, 'disable');
+    assert.equal(databaseTls(undefined, urlMode('postgres://u:p@db.example.com/db?ssl=true'), ['db.example.com']).mode, 'verify-full');
+    assert.equal(databaseTls(undefined, urlMode('postgres://u:p@db.example.com/db?sslrootcert=system'), ['db.example.com']).mode, 'verify-full');
+    assert.equal(databaseTls(undefined, urlMode('postgres://u:p@localhost/db?sslmode=prefer'), ['localhost']).mode, 'prefer');
+    assert.equal(databaseTls(undefined, urlMode('postgres://u:p@localhost/db?application_name=x'), ['localhost']).mode, 'disable');
   });
 
   it('warns for require (and prefer/allow), naming the setting, the risk and the fix; not for verify-full (disable off this machine is refused)', () => {
     const w = databaseTlsWarning(databaseTls('require', undefined, ['db.example.com']));
     assert.match(w ?? '', /^DATABASE_SSL=require encrypts the database connection but checks no certificate.*use DATABASE_SSL=verify-full/);
-    assert.match(databaseTlsWarning(databaseTls(undefined, 'postgres://h/db?sslmode=require', ['h'])) ?? '', /^the database URL's sslmode=require/);
-    assert.match(databaseTlsWarning(databaseTls(undefined, 'postgres://h/db?sslmode=prefer', ['h'])) ?? '', /falls back to no encryption when the server offers none, the login and every row then in the clear/);
+    assert.match(databaseTlsWarning(databaseTls(undefined, urlMode('postgres://h/db?sslmode=require'), ['h'])) ?? '', /^the database URL's sslmode=require/);
+    assert.match(databaseTlsWarning(databaseTls(undefined, urlMode('postgres://h/db?sslmode=prefer'), ['h'])) ?? '', /falls back to no encryption when the server offers none, the login and every row then in the clear/);
     assert.equal(databaseTlsWarning(databaseTls(undefined, undefined, ['db.example.com'])), undefined);
   });
 
@@ -85,7 +84,8 @@ describe('transport: TLS to Postgres', () => {
     assert.equal(loadConfig({ ...remote, DATABASE_SSL: 'disable', OUTBOX_ALLOW_PLAINTEXT_LOGIN: 'true' }).allowPlaintextLogin, true);
     assert.equal(loadConfig({ ...local, DATABASE_SSL: 'disable' }).database.ssl, 'disable', 'this machine: nothing crosses a network');
     assert.equal(databasePlaintextProblem(databaseTls('require', undefined, ['db.example.com']), ['db.example.com'], 'password'), undefined);
-    assert.equal(databasePlaintextProblem(databaseTls(undefined, 'postgres://h/db?sslmode=prefer', ['h']), ['h'], 'password'), undefined, 'prefer: a warning');
+    assert.match(databasePlaintextProblem(databaseTls(undefined, urlMode('postgres://h/db?sslmode=prefer'), ['h']), ['h'], 'password') ?? '', /^the database URL's sslmode=prefer falls back to no encryption/);
+    assert.equal(databasePlaintextProblem(databaseTls(undefined, urlMode('postgres://localhost/db?sslmode=prefer'), ['localhost']), ['localhost'], 'password'), undefined, 'this machine: nothing crosses a network');
   });
 
   it('config: DATABASE_SSL names its default; a URL without a host is refused (the default could not tell where it goes)', () => {
@@ -113,7 +113,7 @@ describe('transport: DATABASE_AUTH=iam needs TLS off this machine', () => {
     assert.equal(iamProblem(databaseTls('require', undefined, ['db.example.com']), ['db.example.com']), undefined);
     assert.equal(iamProblem(databaseTls(undefined, undefined, ['127.0.0.1']), ['127.0.0.1']), undefined, 'a local proxy or tunnel: plaintext stays on the machine');
     assert.match(iamProblem(databaseTls('disable', undefined, ['db.example.com']), ['db.example.com']) ?? '', /^DATABASE_AUTH=iam needs TLS to a database off this machine .* DATABASE_SSL=disable may send it unencrypted to db\.example\.com: unset DATABASE_SSL.*set OUTBOX_ALLOW_PLAINTEXT_LOGIN=true$/);
-    assert.match(iamProblem(databaseTls(undefined, 'postgres://h/d?sslmode=prefer', ['h']), ['h']) ?? '', /the database URL's sslmode=prefer .*remove sslmode from the URL/);
+    assert.match(iamProblem(databaseTls(undefined, urlMode('postgres://h/d?sslmode=prefer'), ['h']), ['h']) ?? '', /the database URL's sslmode=prefer .*remove sslmode from the URL/);
   });
 
   it('config, with DATABASE_URL: refused at once without TLS, with a password, without a user, with several hosts; TLS by default is enough', () => {
@@ -262,6 +262,28 @@ describe('transport: the Runtime applies the rules', () => {
     } finally {
       await allowed.close();
       await listener.close();
+    }
+  });
+
+  it("a secret's URL is read as postgres.js reads it, before any connection: a duplicate sslmode, prefer, user info holding '@' off this machine are refused", async () => {
+    const urls = {
+      twice: 'postgres://u:p@db.example.com/d?sslmode=require&sslmode=disable',
+      prefer: 'postgres://u:p@db.example.com/d?sslmode=prefer',
+      at: 'postgres://u:p@evil.example:5432,x@127.0.0.1,localhost/d?sslmode=disable',
+    };
+    const rt = (id: string) => new Runtime(loadConfig({ DATABASE_SECRET_ID: id, KAFKA_BROKERS: '127.0.0.1:9092' }), capture().logger, new MapSecrets(urls));
+    const refused: Record<keyof typeof urls, RegExp> = {
+      twice: /the URL of the secret "twice" gives the query parameter "sslmode" more than once/,
+      prefer: /the database URL's sslmode=prefer falls back to no encryption .* unencrypted to db\.example\.com/,
+      at: /the database URL's sslmode=disable sends the database login and every row unencrypted to evil\.example,x@127\.0\.0\.1,localhost/,
+    };
+    for (const [id, problem] of Object.entries(refused)) {
+      const runtime = rt(id);
+      try {
+        await assert.rejects(runtime.database(), (err: unknown) => err instanceof ConfigError && problem.test(err.message), id);
+      } finally {
+        await runtime.close();
+      }
     }
   });
 
