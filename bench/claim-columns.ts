@@ -27,7 +27,7 @@ for (let round = 0; round < ROUNDS; round++) {
     await sql.unsafe(`VACUUM ANALYZE ${name}`);
     const filter = { aggregates: [], inFlight: [], topics: [], topicTemplate: '{aggregatetype}' };
     const claim = s.q.claimStatement(`"${name}"`, 'hold', BATCH, filter, name, { batch: 64 * 1024 * 1024, payload: 1_048_576 });
-    const move = s.q.moveSentSql(`"${name}"`, `"${name}_sent"`);
+    const move = s.q.moveSentSql(`"${name}"`, `"${name}_sent"`, 'seq');
     const t0 = performance.now();
     let n = 0;
     for (;;) {

@@ -10,7 +10,7 @@ import { type MarkKey, markedBy } from '../src/outbox/sql.ts';
  */
 export function claimUnguardedSql(t: string): string {
   return `
-SELECT seq, ctid AS tid, id, aggregatetype, aggregateid, type, payload::text AS payload, topic, headers, attempts,
+SELECT seq, tableoid AS rel, ctid AS tid, id, aggregatetype, aggregateid, type, payload::text AS payload, topic, headers, attempts,
   true AS publishable
 FROM ${t}
 WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL AND NOT waiting AND next_attempt_at <= now()

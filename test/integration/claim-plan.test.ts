@@ -52,7 +52,7 @@ describe('claim plan', () => {
     // all but the last PENDING sent, through the relay's own move, then counted by a vacuum as autovacuum would
     const sent = await sql.unsafe<{ seq: string }[]>(`SELECT seq FROM ${t} ORDER BY seq LIMIT $1`, [TOTAL - PENDING]);
     for (let i = 0; i < sent.length; i += 2_000) {
-      await sql.unsafe(moveSentSql(t, qualified(sentTable(name))), [sent.slice(i, i + 2_000).map((r) => r.seq)]);
+      await sql.unsafe(moveSentSql(t, qualified(sentTable(name)), 'seq'), [sent.slice(i, i + 2_000).map((r) => r.seq)]);
     }
     await sql.unsafe(`VACUUM ANALYZE ${t}`);
 
