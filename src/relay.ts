@@ -94,7 +94,7 @@ class Invocation {
   /** Fails the invocation, before anything is claimed or published, when the marks could not be written. */
   async checkTables(): Promise<void> {
     try {
-      await this.deps.store.checkTables(this.deadline);
+      for (const warning of await this.deps.store.checkTables(this.deadline)) this.deps.logger.warn(warning);
     } catch (err) {
       throw await this.failed(err);
     }

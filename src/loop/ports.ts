@@ -92,9 +92,10 @@ export interface Store {
   /**
    * Before the first claim of an invocation, once per client: the tables the marks will write
    * exist and may be written (OutboxStore.checkTables). Rejects with a DatabaseError that says what
-   * to do, so that nothing is published that could not then be marked sent.
+   * to do, so that nothing is published that could not then be marked sent. Resolves to warnings
+   * the invocation logs (an UNLOGGED outbox), given once per client.
    */
-  checkTables(deadline: Deadline): Promise<void>;
+  checkTables(deadline: Deadline): Promise<readonly string[]>;
   /** One retention chunk (see OutboxStore.pruneChunk): rows deleted, fewer than `limit` when none older is left. */
   pruneChunk(what: PruneTarget, retainMs: number, limit: number, deadline: Deadline): Promise<number>;
 }

@@ -1,10 +1,11 @@
 // What the relay needs of the database before it claims anything (OutboxStore.checkTables, once
 // per client, one statement: schemaCheckSql here): the migrations this version was built for,
-// and the privileges its statements need in the OUTBOX_SENT_ROWS mode chosen. Whatever is missing
-// would otherwise show only after a batch was published, when its marks fail: the same batch
-// published again every invocation (G1/G2 hold, but nothing moves on). So every missing piece is
-// named at once, with the command or the GRANT that fixes it, in one DatabaseError that no retry
-// fixes (retriable: false).
+// the privileges its statements need in the OUTBOX_SENT_ROWS mode chosen, and that the tables are
+// plain tables whose every row its statements reach (kind, inheritance, row-level security,
+// triggers that can skip a row). Whatever is missing would otherwise show only after a batch was
+// published, when its marks fail or reach no row: the same batch published again every invocation
+// (G1/G2 hold, but nothing moves on). So every missing piece is named at once, with the command or
+// the GRANT that fixes it, in one DatabaseError that no retry fixes (retriable: false).
 import { DatabaseError } from '../errors.ts';
 import { loadMigrations, type Migration } from './migrate.ts';
 
@@ -42,6 +43,7 @@ export const RELAY_COLUMNS = {
  *   is known only as this statement runs: query_to_xml runs its SELECT, only in that case (CASE),
  *   and its XML is read with a regular expression (xpath needs a server built with libxml).
  * `target` is the outbox's name as migrate() records it (displayName: the identifiers, unquoted).
+ * What each table is comes from the catalogs (shape()), readable whatever the role's privileges.
  */
 export function schemaCheckSql(): string {
   const lacking = (rel: string, columns: readonly string[], privilege: string) => `
@@ -99,15 +101,55 @@ SELECT current_user AS role, quote_ident(current_user) AS role_ident,
          SELECT v[1]::int FROM regexp_matches(
            query_to_xml(format('SELECT version FROM %s WHERE target = %L ORDER BY version', r.migrations, r.target), false, false, '')::text,
            '<version>(\\d+)</version>', 'g') AS v
-       )) END AS versions
-FROM rel r`;
+       )) END AS versions,${shape('r.outbox', 'oc', 'outbox', [['SELECT', 'r'], ['UPDATE', 'w'], ['DELETE', 'd']], 8 | 16)},${shape('r.sent', 'sc', 'sent', [['INSERT', 'a'], ['SELECT', 'r'], ['DELETE', 'd']], 4 | 8)}
+FROM rel r
+LEFT JOIN pg_class oc ON oc.oid = r.outbox
+LEFT JOIN pg_class sc ON sc.oid = r.sent`;
+}
+
+/**
+ * What a table is beyond its columns (TableShape, prefixed outbox_ or sent_): its kind, inheritance,
+ * the commands row-level security hides from this role, and the BEFORE ROW triggers on `events`
+ * (tgtype bits: 4 INSERT, 8 DELETE, 16 UPDATE), which can skip the relay's row by returning NULL.
+ * migrate's own triggers are all AFTER (001_baseline.sql), so none of them is listed.
+ */
+function shape(rel: string, c: string, prefix: string, commands: Array<[command: string, polcmd: string]>, events: number): string {
+  // a policy applies to PUBLIC (0) or a role whose privileges this one has, as Postgres decides it
+  const applies = `(p.polroles && ARRAY[0]::oid[] OR EXISTS (SELECT FROM unnest(p.polroles) pr WHERE pg_has_role(pr, 'USAGE')))`;
+  const cmds = `unnest(ARRAY[${commands.map(([n]) => `'${n}'`).join(', ')}], ARRAY[${commands.map(([, l]) => `'${l}'`).join(', ')}]) WITH ORDINALITY AS n(cmd, polcmd, i)`;
+  const restrictive = `SELECT FROM pg_policy p WHERE p.polrelid = ${rel} AND NOT p.polpermissive AND p.polcmd::text IN ('*', n.polcmd) AND ${applies}`;
+  // USING (true) for what the command reads; WITH CHECK, or USING in its place, (true) for what it writes
+  const open = `SELECT FROM pg_policy p WHERE p.polrelid = ${rel} AND p.polpermissive AND p.polcmd::text IN ('*', n.polcmd) AND ${applies}
+             AND (n.cmd = 'INSERT' OR pg_get_expr(p.polqual, p.polrelid) = 'true')
+             AND (n.cmd NOT IN ('INSERT', 'UPDATE') OR coalesce(pg_get_expr(p.polwithcheck, p.polrelid), pg_get_expr(p.polqual, p.polrelid)) = 'true')`;
+  return `
+       ${c}.relkind::text AS ${prefix}_kind, ${c}.relpersistence::text AS ${prefix}_persistence, ${c}.relispartition AS ${prefix}_is_partition,
+       CASE WHEN ${rel} IS NOT NULL THEN to_json(ARRAY(SELECT i.inhrelid::regclass::text FROM pg_inherits i WHERE i.inhparent = ${rel} ORDER BY 1)) END AS ${prefix}_children,
+       CASE WHEN ${rel} IS NOT NULL THEN to_json(ARRAY(SELECT i.inhparent::regclass::text FROM pg_inherits i WHERE i.inhrelid = ${rel} ORDER BY i.inhseqno)) END AS ${prefix}_parents,
+       -- row_security_active: RLS on, and the role neither superuser, BYPASSRLS, nor the owner (unless FORCE)
+       CASE WHEN ${rel} IS NOT NULL AND row_security_active(${rel}) THEN to_json(ARRAY(
+         SELECT n.cmd FROM ${cmds}
+         WHERE NOT EXISTS (${open}) OR EXISTS (${restrictive})
+         ORDER BY n.i)) END AS ${prefix}_rls_blocked,
+       CASE WHEN ${rel} IS NOT NULL AND row_security_active(${rel}) THEN to_json(ARRAY(
+         SELECT DISTINCT quote_ident(p.polname) FROM pg_policy p, ${cmds}
+         WHERE p.polrelid = ${rel} AND NOT p.polpermissive AND p.polcmd::text IN ('*', n.polcmd) AND ${applies})) END AS ${prefix}_rls_restrictive,
+       CASE WHEN ${rel} IS NOT NULL THEN to_json(ARRAY(
+         SELECT json_build_object('name', quote_ident(t.tgname), 'events', concat_ws(' OR ',
+                  CASE WHEN t.tgtype::int & ${events} & 4 <> 0 THEN 'INSERT' END,
+                  CASE WHEN t.tgtype::int & ${events} & 16 <> 0 THEN 'UPDATE' END,
+                  CASE WHEN t.tgtype::int & ${events} & 8 <> 0 THEN 'DELETE' END))
+         FROM pg_trigger t
+         WHERE t.tgrelid = ${rel} AND NOT t.tgisinternal AND t.tgenabled <> 'D'
+           AND t.tgtype::int & 3 = 3 AND t.tgtype::int & ${events} <> 0
+         ORDER BY t.tgname)) END AS ${prefix}_triggers`;
 }
 
 /** OutboxStore's SentRowsMode (store.ts), restated: store.ts imports this module. */
 export type CheckedMode = 'keep' | 'delete';
 
 /** The row of schemaCheckSql. NULL privileges: that table is missing (or its schema may not be used). */
-export interface SchemaFacts {
+interface SchemaFactsBase {
   role: string;
   /** the role, quoted as a GRANT names it */
   role_ident: string;
@@ -136,6 +178,30 @@ export interface SchemaFacts {
   migrations_readable: boolean | null;
   /** the versions recorded for this outbox; null when the migrations table could not be read */
   versions: number[] | null;
+}
+
+/** schemaCheckSql's shape() of one table, null when it is missing: see TableShape. */
+export type SchemaFacts = SchemaFactsBase & Prefixed<'outbox'> & Prefixed<'sent'>;
+type Prefixed<P extends string> = { [K in keyof TableShape as `${P}_${K}`]: TableShape[K] | null };
+
+/** What a table is beyond its columns and grants (schemaCheckSql's shape()). */
+export interface TableShape {
+  /** pg_class.relkind: 'r' a table, 'p' partitioned (accepted, not refused here: its marks by ctid are another matter), 'v' a view, … */
+  kind: string;
+  /** pg_class.relpersistence: 'p' permanent, 'u' UNLOGGED, 't' temporary */
+  persistence: string;
+  /** a partition of a partitioned table (its parents then hold the partitioned table) */
+  is_partition: boolean;
+  /** the tables that inherit from it (a partitioned table's partitions too), as regclass prints them */
+  children: string[];
+  /** the tables it inherits from */
+  parents: string[];
+  /** the commands the relay needs that row-level security hides or blocks for this role; null when RLS does not apply to it */
+  rls_blocked: string[];
+  /** the RESTRICTIVE policies that apply to this role for those commands, quoted */
+  rls_restrictive: string[];
+  /** enabled BEFORE ROW triggers on the events that can skip the relay's row (returning NULL): UPDATE/DELETE on the outbox, INSERT/DELETE on the sent table */
+  triggers: Array<{ name: string; events: string }>;
 }
 
 export interface SchemaNeeds {
@@ -183,8 +249,10 @@ export function schemaProblems(f: SchemaFacts, needs: SchemaNeeds): string[] {
   }
 
   const missing = migrationProblems(f, needs, problems);
+  if (f.outbox_present) outboxShapeProblems(f, needs, problems);
 
-  if (f.outbox_present && f.checked_columns) {
+  // a view's or a foreign table's constraints bound nothing: the kind is the problem there
+  if (f.outbox_present && f.checked_columns && isTable(f.outbox_kind)) {
     const unbounded = SIZE_CHECKED_COLUMNS.filter((c) => !f.checked_columns!.includes(c));
     if (unbounded.length) {
       problems.push(
@@ -223,6 +291,11 @@ export function schemaProblems(f: SchemaFacts, needs: SchemaNeeds): string[] {
     if (!f.sent_present) {
       // a missing migration already says what brings it back
       if (!missing) problems.push(`the sent table ${sentTable} does not exist: this version of the relay moves sent rows there. Run ${MIGRATE} (idempotent) before the relay, or set OUTBOX_SENT_ROWS=delete to keep no sent rows`);
+    } else if (!isTable(f.sent_kind)) {
+      problems.push(
+        `the sent table ${sentTable} is ${KINDS[f.sent_kind ?? ''] ?? `a relation of kind ${f.sent_kind}`}, not a table: acked rows are moved into it and retention deletes them by ctid. ` +
+          `Make it a table (rename this one and run ${MIGRATE}, which creates it), or set OUTBOX_SENT_ROWS=delete to keep no sent rows`,
+      );
     } else if (f.sent_insert && f.sent_insert_lacking?.length) {
       problems.push(columnProblem(f, 'INSERT', f.sent_insert_lacking, `the sent table ${sentTable}`, 'acked rows are moved there, every column', sentTable));
     } else if (!f.sent_insert) {
@@ -239,7 +312,112 @@ export function schemaProblems(f: SchemaFacts, needs: SchemaNeeds): string[] {
       );
     }
   }
+  if (needs.sentRows === 'keep' && f.sent_present && isTable(f.sent_kind)) sentShapeProblems(f, needs, problems);
   return problems;
+}
+
+/** What no refusal needs to stop, said by the invocation (OutboxStore.checkTables returns it to log). Pure. */
+export function schemaWarnings(f: SchemaFacts, needs: Pick<SchemaNeeds, 'table'>): string[] {
+  if (f.outbox_persistence !== 'u') return [];
+  return [
+    `the outbox table ${needs.table} is UNLOGGED: a crash of the database empties it, with every row not yet relayed (nor is it on a replica, so a failover loses them too). ` +
+      `ALTER TABLE ${needs.table} SET LOGGED`,
+  ];
+}
+
+const KINDS: Record<string, string> = {
+  v: 'a view', m: 'a materialized view', f: 'a foreign table', S: 'a sequence', c: 'a composite type', i: 'an index', I: 'a partitioned index', t: 'a TOAST table',
+};
+
+/** 'r' a table, 'p' a partitioned table: the partitioned case is not refused here (outbox_kind says which). */
+function isTable(kind: string | null): boolean {
+  return kind === null || kind === 'r' || kind === 'p';
+}
+
+/** Why each command row-level security hides or blocks matters, by table. */
+const RLS_WHY: Record<'outbox' | 'sent', Record<string, string>> = {
+  outbox: {
+    SELECT: 'claims see only the rows it lets through: the others stay pending forever',
+    UPDATE: 'claims lock rows FOR UPDATE, which sees only the rows an UPDATE policy lets through: the others stay pending forever, and failed attempts go unrecorded',
+    DELETE: 'a mark deletes only the rows a DELETE policy lets through: the others are published again on every invocation',
+  },
+  sent: {
+    INSERT: 'the move of acked rows fails, and the batch is published again on every invocation',
+    SELECT: 'retention sees only the rows it lets through',
+    DELETE: 'retention deletes only the rows a DELETE policy lets through: the table grows',
+  },
+};
+
+/** The outbox's kind, inheritance, row-level security and triggers: pushes what stops the relay. */
+function outboxShapeProblems(f: SchemaFacts, needs: SchemaNeeds, problems: string[]): void {
+  const { table } = needs;
+  if (!isTable(f.outbox_kind)) {
+    problems.push(
+      `the outbox table ${table} is ${KINDS[f.outbox_kind!] ?? `a relation of kind ${f.outbox_kind}`}, not a table: the relay locks its rows, then deletes or moves them by ctid ` +
+        `in the batch's transaction, which only a table's rows allow. Set OUTBOX_TABLE to the table itself, made by ${MIGRATE}`,
+    );
+  }
+  // a partitioned table's children are its partitions: not refused here
+  if (f.outbox_kind !== 'p' && f.outbox_children?.length) {
+    const children = f.outbox_children;
+    problems.push(
+      `the outbox table ${table} has inheritance ${children.length === 1 ? 'child' : 'children'} ${list(children, 'and')}: the relay's claims and marks reach their rows too, ` +
+        "and a mark by ctid also deletes a child's row at the same ctid, so rows are lost. " +
+        `Detach ${children.length === 1 ? 'it' : 'each'} (${children.map((c) => `ALTER TABLE ${c} NO INHERIT ${table}`).join('; ')}), or set OUTBOX_TABLE to a table without children`,
+    );
+  }
+  if (!f.outbox_is_partition && f.outbox_parents?.length) {
+    const parents = f.outbox_parents;
+    problems.push(
+      `the outbox table ${table} inherits from ${list(parents, 'and')}: rows inserted there are never relayed, and a statement on ${parents.length === 1 ? 'it' : 'them'} ` +
+        `(another relay's marks by ctid, a DELETE by hand) reaches the outbox's rows too. Detach it (${parents.map((p) => `ALTER TABLE ${table} NO INHERIT ${p}`).join('; ')})`,
+    );
+  }
+  rlsProblem(f, 'outbox', `the outbox table ${table}`, table, f.outbox_rls_blocked, f.outbox_rls_restrictive, problems);
+  if (f.outbox_triggers?.length) {
+    problems.push(
+      triggerProblem(f.outbox_triggers, `the outbox table ${table}`, table, "the relay's UPDATE or DELETE of a row",
+        'a skipped mark leaves its row pending, published again on every invocation, and a skipped UPDATE loses a failed attempt'),
+    );
+  }
+}
+
+/** The sent table's inheritance, row-level security and triggers (keep mode, the table present). */
+function sentShapeProblems(f: SchemaFacts, needs: SchemaNeeds, problems: string[]): void {
+  const { sentTable } = needs;
+  if (f.sent_kind !== 'p' && f.sent_children?.length) {
+    const children = f.sent_children;
+    problems.push(
+      `the sent table ${sentTable} has inheritance ${children.length === 1 ? 'child' : 'children'} ${list(children, 'and')}: retention deletes its old rows by ctid, ` +
+        `which repeat across the children, so it would delete their rows too. Detach ${children.length === 1 ? 'it' : 'each'} (${children.map((c) => `ALTER TABLE ${c} NO INHERIT ${sentTable}`).join('; ')})`,
+    );
+  }
+  rlsProblem(f, 'sent', `the sent table ${sentTable}`, sentTable, f.sent_rls_blocked, f.sent_rls_restrictive, problems);
+  if (f.sent_triggers?.length) {
+    problems.push(triggerProblem(f.sent_triggers, `the sent table ${sentTable}`, sentTable, "the move's INSERT or retention's DELETE of a row", 'a skipped INSERT loses the sent row, a skipped DELETE keeps it past retention'));
+  }
+}
+
+function rlsProblem(f: SchemaFacts, which: 'outbox' | 'sent', where: string, table: string, blocked: string[] | null, restrictive: string[] | null, problems: string[]): void {
+  if (!blocked?.length) return;
+  const why = blocked.map((c) => `${c}: ${RLS_WHY[which][c] ?? 'the relay needs every row'}`).join('; ');
+  const held = restrictive?.length
+    ? `; the RESTRICTIVE ${restrictive.length === 1 ? 'policy' : 'policies'} ${list(restrictive, 'and')} ${restrictive.length === 1 ? 'applies' : 'apply'} to it, which no permissive policy lifts`
+    : '';
+  problems.push(
+    `row-level security on ${where} applies to the database role ${f.role} (no superuser, no BYPASSRLS, and not the table's owner, or the table forces it), ` +
+      `and no policy lets it ${list(blocked, 'and')} every row (${why}${held}): ` +
+      `CREATE POLICY outbox_relay ON ${table} FOR ALL TO ${f.role_ident} USING (true) WITH CHECK (true)${held ? `, with ${f.role_ident} left out of ${list(restrictive!, 'and')}` : ''}, ` +
+      `or ALTER ROLE ${f.role_ident} BYPASSRLS`,
+  );
+}
+
+function triggerProblem(triggers: Array<{ name: string; events: string }>, where: string, table: string, what: string, harm: string): string {
+  const one = triggers.length === 1;
+  return (
+    `${where} has BEFORE ROW ${one ? 'trigger' : 'triggers'} ${list(triggers.map((t) => `${t.name} (BEFORE ${t.events})`), 'and')}, which can skip ${what} by returning NULL (${harm}): ` +
+    `make ${one ? 'it an AFTER trigger' : 'them AFTER triggers'}, or drop ${one ? 'it' : 'them'} (${triggers.map((t) => `DROP TRIGGER ${t.name} ON ${table}`).join('; ')})`
+  );
 }
 
 /**
@@ -307,13 +485,15 @@ function list(items: string[], conjunction: string): string {
 
 /**
  * Throws the invocation's failure when the relay lacks anything (schemaProblems), against the
- * migrations this version ships unless told others. `facts` undefined: the statement returned no
- * row, which it always does; treated as a failure to check, retriable.
+ * migrations this version ships unless told others; else returns the warnings (schemaWarnings).
+ * `facts` undefined: the statement returned no row, which it always does; treated as a failure to
+ * check, retriable.
  */
-export function assertSchema(facts: SchemaFacts | undefined, needs: Omit<SchemaNeeds, 'migrations'> & { migrations?: SchemaNeeds['migrations'] }): void {
+export function assertSchema(facts: SchemaFacts | undefined, needs: Omit<SchemaNeeds, 'migrations'> & { migrations?: SchemaNeeds['migrations'] }): string[] {
   if (!facts) throw new DatabaseError(`checking the outbox table ${needs.table} returned nothing`);
   const err = schemaError(schemaProblems(facts, { ...needs, migrations: needs.migrations ?? loadMigrations() }), needs.table);
   if (err) throw err;
+  return schemaWarnings(facts, needs);
 }
 
 /** The invocation's failure for these problems, or undefined when there are none. */

@@ -151,17 +151,19 @@ export class OutboxStore implements Store, BatchStatements, SideStatements {
   /**
    * Once per client, before the first claim: the outbox has every migration and the role the grants
    * the marks need, or the invocation fails saying what to run or GRANT (src/outbox/schema-check.ts).
+   * Resolves to the warnings to log (schemaWarnings): on the client's first check only.
    */
-  async checkTables(deadline: Deadline): Promise<void> {
-    if (this.tablesChecked) return;
+  async checkTables(deadline: Deadline): Promise<string[]> {
+    if (this.tablesChecked) return [];
     const what = "checking the schema and the role's privileges";
     const [facts] = await this.client.bounded(
       deadline,
       what,
       this.sql.unsafe<SchemaFacts[]>(schemaCheckSql(), [this.table, this.sentTable, [...this.settingColumns]]),
     );
-    assertSchema(facts, { table: this.table, sentTable: this.sentTable, sentRows: this.sentRows });
+    const warnings = assertSchema(facts, { table: this.table, sentTable: this.sentTable, sentRows: this.sentRows });
     this.tablesChecked = true;
+    return warnings;
   }
 
   pruneChunk(what: PruneTarget, retainMs: number, limit: number, deadline: Deadline): Promise<number> {

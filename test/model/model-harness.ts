@@ -384,7 +384,7 @@ class CountingStore implements Store {
   watchInserts(deadline: Deadline, on: { insert(): void; lost(err: unknown): void }): Promise<InsertWatch> {
     return this.inner.watchInserts(deadline, on);
   }
-  checkTables(deadline: Deadline): Promise<void> {
+  checkTables(deadline: Deadline): Promise<readonly string[]> {
     return this.inner.checkTables(deadline);
   }
   pruneChunk(what: PruneTarget, retainMs: number, limit: number, deadline: Deadline): Promise<number> {

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { DatabaseError } from '../../src/errors.ts';
-import { assertSchema, schemaProblems, SIZE_CHECKED_COLUMNS, type CheckedMode, type SchemaFacts } from '../../src/outbox/schema-check.ts';
+import { assertSchema, schemaProblems, schemaWarnings, SIZE_CHECKED_COLUMNS, type CheckedMode, type SchemaFacts } from '../../src/outbox/schema-check.ts';
 
 const MIGRATIONS = [
   { version: 1, name: '001_create_outbox.sql' },
@@ -36,8 +36,18 @@ function facts(over: Partial<SchemaFacts> = {}): SchemaFacts {
     migrations_table: 'outbox_relay_migrations',
     migrations_readable: true,
     versions: [1, 2, 3],
+    ...shape('outbox'),
+    ...shape('sent'),
     ...over,
   };
+}
+
+/** a plain logged table: no inheritance, no row-level security for the role, no trigger that could skip a row */
+function shape<P extends 'outbox' | 'sent'>(p: P) {
+  return {
+    [`${p}_kind`]: 'r', [`${p}_persistence`]: 'p', [`${p}_is_partition`]: false, [`${p}_children`]: [], [`${p}_parents`]: [],
+    [`${p}_rls_blocked`]: null, [`${p}_rls_restrictive`]: null, [`${p}_triggers`]: [],
+  } as Pick<SchemaFacts, `${P}_kind` | `${P}_persistence` | `${P}_is_partition` | `${P}_children` | `${P}_parents` | `${P}_rls_blocked` | `${P}_rls_restrictive` | `${P}_triggers`>;
 }
 
 function problems(over: Partial<SchemaFacts>, sentRows: CheckedMode = 'keep'): string[] {
@@ -131,7 +141,95 @@ describe('schemaProblems: tables', () => {
   });
 });
 
+describe('schemaProblems: what the tables are (kind, inheritance, row-level security, triggers)', () => {
+  it('an outbox that is a view, a materialized view or a foreign table is refused, naming the kind and the fix; its missing size checks are not said too', () => {
+    for (const [kind, name] of [['v', 'a view'], ['m', 'a materialized view'], ['f', 'a foreign table']] as const) {
+      assert.deepEqual(problems({ outbox_kind: kind, checked_columns: [] }), [
+        `the outbox table "outbox" is ${name}, not a table: the relay locks its rows, then deletes or moves them by ctid in the batch's transaction, ` +
+          'which only a table\'s rows allow. Set OUTBOX_TABLE to the table itself, made by `outbox-relay migrate`',
+      ]);
+    }
+  });
+
+  it('a sent table that is a view is refused in keep mode (instead of its grants), and not looked at in delete mode', () => {
+    assert.deepEqual(problems({ sent_kind: 'v', sent_insert: false }, 'keep'), [
+      'the sent table "outbox_sent" is a view, not a table: acked rows are moved into it and retention deletes them by ctid. ' +
+        'Make it a table (rename this one and run `outbox-relay migrate`, which creates it), or set OUTBOX_SENT_ROWS=delete to keep no sent rows',
+    ]);
+    assert.deepEqual(problems({ sent_kind: 'v', sent_children: ['x'], sent_triggers: [{ name: 't', events: 'INSERT' }] }, 'delete'), []);
+  });
+
+  it('a partitioned outbox (or sent table) is not refused here: outbox_kind tells it; a partition is no inheritance child', () => {
+    assert.deepEqual(problems({ outbox_kind: 'p', outbox_children: ['outbox_p1', 'outbox_p2'], sent_kind: 'p', sent_children: ['outbox_sent_p1'] }), []);
+    assert.deepEqual(problems({ outbox_is_partition: true, outbox_parents: ['outbox_all'] }), []);
+  });
+
+  it('inheritance: an outbox with children, an outbox that is a child, a sent table with children (keep mode): each refused with the ALTER TABLE … NO INHERIT', () => {
+    assert.deepEqual(problems({ outbox_children: ['outbox_a', 'outbox_b'] }), [
+      'the outbox table "outbox" has inheritance children outbox_a and outbox_b: the relay\'s claims and marks reach their rows too, and a mark by ctid also deletes ' +
+        'a child\'s row at the same ctid, so rows are lost. Detach each (ALTER TABLE outbox_a NO INHERIT "outbox"; ALTER TABLE outbox_b NO INHERIT "outbox"), ' +
+        'or set OUTBOX_TABLE to a table without children',
+    ]);
+    assert.deepEqual(problems({ outbox_parents: ['events'] }), [
+      'the outbox table "outbox" inherits from events: rows inserted there are never relayed, and a statement on it (another relay\'s marks by ctid, ' +
+        'a DELETE by hand) reaches the outbox\'s rows too. Detach it (ALTER TABLE "outbox" NO INHERIT events)',
+    ]);
+    assert.deepEqual(problems({ sent_children: ['old_sent'] }), [
+      'the sent table "outbox_sent" has inheritance child old_sent: retention deletes its old rows by ctid, which repeat across the children, ' +
+        'so it would delete their rows too. Detach it (ALTER TABLE old_sent NO INHERIT "outbox_sent")',
+    ]);
+    assert.deepEqual(problems({ sent_children: ['old_sent'] }, 'delete'), []);
+  });
+
+  it('row-level security that hides rows from the role: names the commands, why each matters, and the policy or BYPASSRLS that fixes it', () => {
+    assert.deepEqual(problems({ outbox_rls_blocked: ['UPDATE', 'DELETE'], outbox_rls_restrictive: [] }), [
+      'row-level security on the outbox table "outbox" applies to the database role relay (no superuser, no BYPASSRLS, and not the table\'s owner, or the table forces it), ' +
+        'and no policy lets it UPDATE and DELETE every row (UPDATE: claims lock rows FOR UPDATE, which sees only the rows an UPDATE policy lets through: the others stay pending forever, ' +
+        'and failed attempts go unrecorded; DELETE: a mark deletes only the rows a DELETE policy lets through: the others are published again on every invocation): ' +
+        'CREATE POLICY outbox_relay ON "outbox" FOR ALL TO relay USING (true) WITH CHECK (true), or ALTER ROLE relay BYPASSRLS',
+    ]);
+    // policies that let everything through: nothing blocked
+    assert.deepEqual(problems({ outbox_rls_blocked: [], outbox_rls_restrictive: [], sent_rls_blocked: [], sent_rls_restrictive: [] }), []);
+    const [restricted] = problems({ outbox_rls_blocked: ['SELECT', 'UPDATE', 'DELETE'], outbox_rls_restrictive: ['tenant_only'] });
+    assert.match(restricted!, /; the RESTRICTIVE policy tenant_only applies to it, which no permissive policy lifts\): CREATE POLICY .* WITH CHECK \(true\), with relay left out of tenant_only, or ALTER ROLE relay BYPASSRLS$/);
+    const [sent] = problems({ sent_rls_blocked: ['INSERT'], sent_rls_restrictive: [] });
+    assert.match(sent!, /^row-level security on the sent table "outbox_sent" applies .* lets it INSERT every row \(INSERT: the move of acked rows fails, .*\): CREATE POLICY outbox_relay ON "outbox_sent" FOR ALL TO relay/);
+    assert.deepEqual(problems({ sent_rls_blocked: ['INSERT'] }, 'delete'), []);
+  });
+
+  it('BEFORE ROW triggers that can skip the relay\'s row: each named with its events, and the fix', () => {
+    assert.deepEqual(problems({ outbox_triggers: [{ name: 'keep_rows', events: 'DELETE' }] }), [
+      'the outbox table "outbox" has BEFORE ROW trigger keep_rows (BEFORE DELETE), which can skip the relay\'s UPDATE or DELETE of a row by returning NULL ' +
+        '(a skipped mark leaves its row pending, published again on every invocation, and a skipped UPDATE loses a failed attempt): ' +
+        'make it an AFTER trigger, or drop it (DROP TRIGGER keep_rows ON "outbox")',
+    ]);
+    const [sent] = problems({ sent_triggers: [{ name: 'a', events: 'INSERT' }, { name: '"B"', events: 'INSERT OR DELETE' }] });
+    assert.match(sent!, /^the sent table "outbox_sent" has BEFORE ROW triggers a \(BEFORE INSERT\) and "B" \(BEFORE INSERT OR DELETE\), .*: make them AFTER triggers, or drop them \(DROP TRIGGER a ON "outbox_sent"; DROP TRIGGER "B" ON "outbox_sent"\)$/);
+  });
+
+  it('all at once, one problem each', () => {
+    const all = problems({ outbox_children: ['c'], outbox_rls_blocked: ['DELETE'], outbox_rls_restrictive: [], outbox_triggers: [{ name: 't', events: 'UPDATE' }], outbox_delete: false });
+    assert.equal(all.length, 4, all.join('\n'));
+  });
+});
+
+describe('schemaWarnings', () => {
+  it('an UNLOGGED outbox is no refusal but a warning, with the ALTER TABLE that fixes it', () => {
+    assert.deepEqual(problems({ outbox_persistence: 'u' }), []);
+    assert.deepEqual(schemaWarnings(facts({ outbox_persistence: 'u' }), { table: '"outbox"' }), [
+      'the outbox table "outbox" is UNLOGGED: a crash of the database empties it, with every row not yet relayed (nor is it on a replica, so a failover loses them too). ALTER TABLE "outbox" SET LOGGED',
+    ]);
+    assert.deepEqual(schemaWarnings(facts(), { table: '"outbox"' }), []);
+  });
+});
+
 describe('assertSchema', () => {
+  it('returns the warnings when nothing is refused', () => {
+    const needs = { table: '"outbox"', sentTable: '"outbox_sent"', sentRows: 'keep', migrations: MIGRATIONS } as const;
+    assert.equal(assertSchema(facts({ outbox_persistence: 'u' }), needs).length, 1);
+    assert.deepEqual(assertSchema(facts(), needs), []);
+  });
+
   it('throws one DatabaseError no retry fixes, one problem per line when several', () => {
     assert.doesNotThrow(() => assertSchema(facts(), { table: '"outbox"', sentTable: '"outbox_sent"', sentRows: 'keep', migrations: MIGRATIONS }));
     assert.throws(
