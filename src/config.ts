@@ -32,6 +32,7 @@ import { ALLOW_PLAINTEXT_LOGIN, DATABASE_SSL_MODES, databasePlaintextProblem, da
 import { judgedHosts, parseDatabaseUrl, type DatabaseUrl } from './database-url.ts';
 import { EnvReader, type Env } from './config/env-reader.ts';
 import { KAFKA_AUTHS, KAFKA_CLIENTS, type Config, type KafkaAuth, type KafkaClientName } from './config/types.ts';
+import { uriReferenceProblem } from './config/uri-reference.ts';
 
 // the Config's shape lives in config/types.ts; importers keep naming this file
 export { KAFKA_AUTHS, KAFKA_CLIENTS, type Config, type KafkaAuth, type KafkaClientName } from './config/types.ts';
@@ -347,8 +348,10 @@ function metadataConfig(read: EnvReader): Metadata {
     read.problems.push('OUTBOX_METADATA lists cloudevents, which needs OUTBOX_CLOUDEVENTS_SOURCE: the events\' ce_source, a URI reference naming where they come from, e.g. OUTBOX_CLOUDEVENTS_SOURCE=/orders-service');
   } else if (!cloudEvents && source !== undefined) {
     read.problems.push('OUTBOX_CLOUDEVENTS_SOURCE is set, but OUTBOX_METADATA does not list cloudevents, so no event would carry it: add cloudevents to OUTBOX_METADATA, or unset it');
-  } else if (source !== undefined && !/^[\x21-\x7e]+$/.test(source)) {
-    read.problems.push(`OUTBOX_CLOUDEVENTS_SOURCE=${JSON.stringify(source)} is not a URI reference: printable ASCII without spaces, e.g. /orders-service or urn:example:orders`);
+  } else if (source !== undefined && uriReferenceProblem(source) !== undefined) {
+    read.problems.push(
+      `OUTBOX_CLOUDEVENTS_SOURCE=${JSON.stringify(source)} is not a URI reference (RFC 3986, as CloudEvents requires of ce_source): ${uriReferenceProblem(source)}; e.g. /orders-service, urn:example:orders or https://example.com/orders`,
+    );
   }
   const router = routerConfig(read);
   return {

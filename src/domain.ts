@@ -21,8 +21,14 @@ export interface OutboxRow {
   topic: string | null;
   headers: Record<string, unknown> | null;
   attempts: number;
-  /** read by the claim only when the metadata need it (claimColumns): the record's timestamp, ce_time */
-  created_at?: Date;
+  /**
+   * created_at, read by the claim only when the metadata need it (claimColumns: the record's
+   * timestamp, ce_time), as Postgres prints `extract(epoch FROM created_at)`: seconds since 1970,
+   * exact to the microsecond whatever the session's TimeZone or the year, `Infinity`/`-Infinity`
+   * for ±infinity (src/kafka/message.ts: createdAtMs). Not a Date: postgres.js parses timestamptz
+   * text with `new Date()`, which reads years 1-99 as 19xx/20xx and an offset with seconds as nothing.
+   */
+  created_epoch?: string;
   /** read by the claim only with OUTBOX_METADATA=trace: Debezium's trace context column (src/kafka/message.ts) */
   tracingspancontext?: string | null;
   /** read by the claim only when columns beyond ROW_COLUMNS are placed: their text, cut (claimColumns) */
@@ -192,10 +198,12 @@ export function relayHeaders(metadata: Metadata): readonly string[] {
 export function settingColumns(metadata: Metadata): string[] {
   return [...(metadata.trace ? ['tracingspancontext'] : []), ...placedColumns(routerOf(metadata))];
 }
-export type ClaimColumn = 'created_at' | 'tracingspancontext' | `json_build_object(${string}) AS placed`;
+/** created_at as the claim reads it: OutboxRow.created_epoch */
+export const CREATED_EPOCH = 'extract(epoch FROM created_at)::text AS created_epoch';
+export type ClaimColumn = typeof CREATED_EPOCH | 'tracingspancontext' | `json_build_object(${string}) AS placed`;
 export function claimColumns(metadata: Metadata): ClaimColumn[] {
   const columns: ClaimColumn[] = [];
-  if (metadata.timestamp || metadata.cloudEventsSource !== undefined) columns.push('created_at');
+  if (metadata.timestamp || metadata.cloudEventsSource !== undefined) columns.push(CREATED_EPOCH);
   if (metadata.trace) columns.push('tracingspancontext');
   const placed = placedColumns(routerOf(metadata));
   if (placed.length) {

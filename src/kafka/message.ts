@@ -1,4 +1,4 @@
-// Row → Kafka message (the Publisher's MessageFormat). The key is the aggregate id (so one
+// Row → Kafka message (the Publisher's MessageFormat). The key is the aggregate id by default (so one
 // aggregate stays on one partition and in order), the value is the JSON payload as stored, and the
 // `id` header is the row's uuid, identical on every copy, which is what lets consumers drop the
 // duplicates at-least-once allows.
@@ -48,7 +48,7 @@ export function toMessage(row: OutboxRow, template: string, metadata: Metadata =
   if (source !== undefined) Object.assign(headers, cloudEventHeaders(row, source));
   const key = row[router.key];
   const message: OutboundMessage = { seq: row.seq, aggregateid: row.aggregateid, topic, key, value: messageValue(row, router), headers };
-  if (metadata.timestamp) message.timestamp = createdAt(row).getTime();
+  if (metadata.timestamp) message.timestamp = recordTimestamp(row);
   return message;
 }
 
@@ -98,29 +98,67 @@ export function placedValue(row: OutboxRow, column: string): string | null {
   return v;
 }
 
+/** a JSON token of valid JSON text (jsonb's): a string, a structural character, or a literal (number, true, false, null) */
+const JSON_TOKEN = /"(?:[^"\\]|\\.)*"|[{}[\],:]|[^{}[\],:"\s]+/g;
+/** tokens joined into one string at a time: what compactJson holds beyond its input and output */
+const JOIN_EVERY = 8_192;
+
 /**
  * JSON text as Debezium expands it and Connect's JsonConverter writes it: no whitespace between
  * tokens (Postgres prints jsonb with `", "` and `": "`), no object member whose value is null
  * (the expansion drops them), and a number with a fraction or an exponent as the Java double it
  * was parsed into (javaDouble); strings and integers as printed.
+ *
+ * In one pass over the text, three tokens looked ahead (a member whose value is null), the output
+ * joined every JOIN_EVERY tokens: no token list nor object tree of the payload, so what it holds
+ * beyond its input is the output's text (measured: docs/configuration.md, OUTBOX_EXPAND_JSON_PAYLOAD).
  */
 export function compactJson(text: string): string {
-  const tokens = text.match(/"(?:[^"\\]|\\.)*"|[{}[\],:]|[^{}[\],:"\s]+/g) ?? [];
-  const out: string[] = [];
+  const re = new RegExp(JSON_TOKEN.source, 'g');
+  const ahead: string[] = [];
+  const peek = (n: number): string | undefined => {
+    while (ahead.length < n) {
+      const m = re.exec(text);
+      if (!m) return undefined;
+      ahead.push(m[0]);
+    }
+    return ahead[n - 1];
+  };
+  const chunks: string[] = [];
+  let out: string[] = [];
+  const emit = (t: string) => {
+    out.push(t);
+    if (out.length >= JOIN_EVERY) {
+      chunks.push(out.join(''));
+      out = [];
+    }
+  };
   const objects: boolean[] = []; // per open container: is it an object
-  for (let i = 0; i < tokens.length; i++) {
-    const t = tokens[i]!;
+  let previous: string | undefined; // the input's token before this one
+  // a comma is written with the token after it: one before a dropped last member is never written
+  let comma = false;
+  for (let t = peek(1); t !== undefined; previous = t, t = peek(1)) {
+    ahead.shift();
     if (t === '{' || t === '[') objects.push(t === '{');
     else if (t === '}' || t === ']') objects.pop();
-    const atKey = objects.at(-1) === true && t.startsWith('"') && (tokens[i - 1] === '{' || tokens[i - 1] === ',');
-    if (atKey && tokens[i + 2] === 'null' && (tokens[i + 3] === ',' || tokens[i + 3] === '}')) {
-      i += tokens[i + 3] === ',' ? 3 : 2; // the member and its comma; before a `}`, the comma before it
-      if (tokens[i + 1] === '}' && out.at(-1) === ',') out.pop();
+    const atKey = objects.at(-1) === true && t.startsWith('"') && (previous === '{' || previous === ',');
+    if (atKey && peek(2) === 'null' && (peek(3) === ',' || peek(3) === '}')) {
+      // the member and its comma; before a `}`, the comma before it
+      const last = ahead.splice(0, peek(3) === ',' ? 3 : 2).at(-1)!;
+      if (last === 'null') comma = false;
+      t = last;
       continue;
     }
-    out.push(/^-?\d/.test(t) && /[.eE]/.test(t) ? javaDouble(Number(t)) : t);
+    if (t === ',') {
+      comma = true;
+      continue;
+    }
+    if (comma) emit(',');
+    comma = false;
+    emit(/^-?\d/.test(t) && /[.eE]/.test(t) ? javaDouble(Number(t)) : t);
   }
-  return out.join('');
+  chunks.push(out.join(''));
+  return chunks.join('');
 }
 
 /**
@@ -135,29 +173,103 @@ export function javaDouble(n: number): string {
   return `${mantissa.includes('.') ? mantissa : `${mantissa}.0`}E${exponent.replace('+', '')}`;
 }
 
-function createdAt(row: OutboxRow): Date {
-  if (!(row.created_at instanceof Date)) {
+/**
+ * The row's created_at in milliseconds since the epoch, from its text as the claim reads it
+ * (claimColumns: Postgres' `extract(epoch FROM created_at)`, exact to the microsecond, whatever
+ * the session's TimeZone and the year); NaN for `infinity`, `-infinity`, and a time beyond
+ * JavaScript's dates (±275,760 years).
+ */
+export function createdAtMs(row: OutboxRow): number {
+  const text = row.created_epoch;
+  if (typeof text !== 'string') {
     throw new Error(`row ${row.seq} has no created_at: the claim must read it when the metadata need it (claimColumns)`);
   }
-  return row.created_at;
+  const fixed = /^(-?)(\d+)(?:\.(\d*))?$/.exec(text);
+  let ms: number;
+  if (fixed) {
+    const [, sign, whole = '', fraction = ''] = fixed;
+    const abs = Number(whole) * 1000 + Number(fraction.padEnd(3, '0').slice(0, 3));
+    // floored: before 1970, a fraction of a millisecond more is a millisecond earlier (as the ISO text truncates it)
+    ms = sign === '-' ? -abs - (/[1-9]/.test(fraction.slice(3)) ? 1 : 0) : abs;
+  } else {
+    // a float8 (before Postgres 14) may print in exponent form (1e-06); Infinity, -Infinity: not a time here
+    ms = /^-?\d+(\.\d+)?e[-+]?\d+$/i.test(text) ? Math.floor(Number(text) * 1000) : NaN;
+  }
+  return Number.isFinite(ms) && Math.abs(ms) <= 8.64e15 ? ms : NaN;
+}
+
+/** What a created_at that cannot be the metadata asked for parks its row with. */
+function badCreatedAt(row: OutboxRow, what: string): MessageRejectedError {
+  return new MessageRejectedError(
+    `created_at (${JSON.stringify(row.created_epoch)} seconds since 1970, as Postgres' extract(epoch)) ${what}: ` +
+      "set the row's created_at to the time its event happened (the column's default is now())",
+    true,
+  );
+}
+
+/**
+ * The record's timestamp (OUTBOX_METADATA=timestamp): created_at in milliseconds. Kafka's
+ * timestamps are milliseconds since 1970, never negative (-1 means none; Java's producer refuses
+ * any other): a row created before 1970, or at ±infinity, is parked.
+ */
+function recordTimestamp(row: OutboxRow): number {
+  const ms = createdAtMs(row);
+  if (Number.isNaN(ms)) return fail(badCreatedAt(row, 'is not a time a Kafka record timestamp (OUTBOX_METADATA=timestamp) can hold'));
+  if (ms < 0) return fail(badCreatedAt(row, 'is before 1970-01-01, and a Kafka record timestamp (OUTBOX_METADATA=timestamp) cannot be negative'));
+  return ms;
+}
+
+function fail(err: MessageRejectedError): never {
+  throw err;
 }
 
 /**
  * CloudEvents' Kafka protocol binding, binary mode: the event's attributes as `ce_` headers (id,
- * type and subject from the row's columns, time its created_at), the payload as the data.
+ * type and subject from the row's columns, time its created_at), the payload as the data. Each
+ * attribute valid as CloudEvents 1.0 says, or the row is parked naming the column: `ce_type` and
+ * `ce_subject` non-empty strings of allowed characters, `ce_time` RFC 3339 (years 0000-9999).
+ * (`ce_id` is the row's uuid; `ce_source` a URI reference, checked by the configuration.)
  */
 type CloudEventHeader = (typeof CLOUDEVENTS_HEADERS)[number];
 
 export function cloudEventHeaders(row: OutboxRow, source: string): Record<CloudEventHeader, string> {
+  const ms = createdAtMs(row);
+  const time = Number.isNaN(ms) ? undefined : new Date(ms).toISOString();
+  if (time === undefined || !/^\d{4}-/.test(time)) {
+    throw badCreatedAt(row, `gives no CloudEvents time: ce_time is RFC 3339, a time of the years 0000 to 9999 (OUTBOX_METADATA=cloudevents)`);
+  }
   return {
     ce_specversion: '1.0',
     ce_id: row.id,
     ce_source: source,
-    ce_type: row.type,
-    ce_time: createdAt(row).toISOString(),
-    ce_subject: row.aggregateid,
+    ce_type: cloudEventString(row.type, 'type', 'ce_type'),
+    ce_time: time,
+    ce_subject: cloudEventString(row.aggregateid, 'aggregateid', 'ce_subject'),
     'content-type': 'application/json',
   };
+}
+
+/**
+ * Characters a CloudEvents String may not hold: the control characters (U+0000-U+001F,
+ * U+007F-U+009F), surrogates, and Unicode's noncharacters (U+FDD0-U+FDEF, and the last two code
+ * points of each plane).
+ */
+const NONCHARACTERS = Array.from({ length: 17 }, (_, plane) => `\\u{${(plane * 0x10000 + 0xfffe).toString(16)}}\\u{${(plane * 0x10000 + 0xffff).toString(16)}}`).join('');
+const NOT_CLOUDEVENTS_STRING = new RegExp(`[\\u0000-\\u001f\\u007f-\\u009f\\ufdd0-\\ufdef${NONCHARACTERS}]|\\p{Cs}`, 'u');
+
+function cloudEventString(value: string, column: string, attribute: string): string {
+  if (value === '') {
+    throw new MessageRejectedError(`${column} is empty, and CloudEvents' ${attribute} must be a non-empty string (OUTBOX_METADATA=cloudevents): give the row a ${column}`, true);
+  }
+  const bad = NOT_CLOUDEVENTS_STRING.exec(value);
+  if (bad) {
+    const code = bad[0].codePointAt(0)!.toString(16).toUpperCase().padStart(4, '0');
+    throw new MessageRejectedError(
+      `${column} holds U+${code}, a character CloudEvents' ${attribute} may not hold (control characters, surrogates, noncharacters; OUTBOX_METADATA=cloudevents): remove it from the row's ${column}`,
+      true,
+    );
+  }
+  return value;
 }
 
 // W3C Trace Context: version 00's four fields (a later version's too, but never ff), trace and

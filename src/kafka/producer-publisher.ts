@@ -259,16 +259,16 @@ export class ProducerPublisher implements Publisher {
       return;
     }
     if (this.opts.kafka.compression !== 'none') limit -= compressionSlack(limit);
-    // a rejected row's later rows (same key) stay pending: publishing them would reorder (G4)
-    const blockedKeys = new Set<string>();
-    for (const part of splitBySize(group, limit)) {
-      const sendable = part.filter((m) => !blockedKeys.has(m.key));
+    // a rejected row's later rows (same aggregate, whatever their keys) stay pending: publishing them would reorder (G4)
+    const blocked = new Set<string>();
+    for (const part of splitBySize(group, limit).flatMap(oneKeyPerAggregate)) {
+      const sendable = part.filter((m) => !blocked.has(m.aggregateid));
       if (sendable.length === 0) continue;
-      if ((await this.publishPart(topic, sendable, deadline, outcome, blockedKeys)) === 'stop') return;
+      if ((await this.publishPart(topic, sendable, deadline, outcome, blocked)) === 'stop') return;
     }
   }
 
-  private async publishPart(topic: string, part: OutboundMessage[], deadline: Deadline, outcome: PublishOutcome, blockedKeys: Set<string>): Promise<PartResult> {
+  private async publishPart(topic: string, part: OutboundMessage[], deadline: Deadline, outcome: PublishOutcome, blocked: Set<string>): Promise<PartResult> {
     const failure = await this.trySend(topic, part, deadline);
     if (!failure) {
       for (const m of part) outcome.acked.push(m.seq);
@@ -276,17 +276,17 @@ export class ProducerPublisher implements Publisher {
     }
     if (failure.scope !== 'record') return stopFor(topic, failure, outcome);
     if (part.length === 1) {
-      reject(part[0]!, failure.error, outcome, blockedKeys);
+      reject(part[0]!, failure.error, outcome, blocked);
       return 'continue';
     }
     // A record-level refusal of a multi-record send does not say which record: send them one at a
     // time, in order, so only the guilty row is charged. Partitions the broker did append get one
     // more copy of their rows (at-least-once, same ids), on a new producer (see sendOnce).
     for (const m of part) {
-      if (blockedKeys.has(m.key)) continue;
+      if (blocked.has(m.aggregateid)) continue;
       const single = await this.trySend(topic, [m], deadline);
       if (!single) outcome.acked.push(m.seq);
-      else if (single.scope === 'record') reject(m, single.error, outcome, blockedKeys);
+      else if (single.scope === 'record') reject(m, single.error, outcome, blocked);
       else return stopFor(topic, single, outcome);
     }
     return 'continue';
@@ -351,9 +351,36 @@ async function closeSlot(slot: ProducerSlot): Promise<void> {
   if (running.length > 0) void Promise.allSettled(running).then(() => slot.producer.close().catch(noop));
 }
 
-function reject(m: OutboundMessage, error: MessageRejectedError, outcome: PublishOutcome, blockedKeys: Set<string>): void {
+/** `m` is charged; its aggregate's later rows are held (the aggregate is the unit of order, whatever the key). */
+function reject(m: OutboundMessage, error: MessageRejectedError, outcome: PublishOutcome, blocked: Set<string>): void {
   outcome.rejected.push({ seq: m.seq, error });
-  blockedKeys.add(m.key);
+  blocked.add(m.aggregateid);
+}
+
+/**
+ * A send's messages, in order, cut into consecutive sends in each of which an aggregate's
+ * messages share one key. The broker takes or refuses a send's records per partition, and one
+ * key is one partition: with the key from another column (OUTBOX_KEY_COLUMN=id, type), two rows
+ * of an aggregate can have different keys, so different partitions, and a send holding both could
+ * have the later one appended while the earlier one is refused (G4). With the default key (the
+ * aggregate) nothing is cut.
+ */
+export function oneKeyPerAggregate<M extends OutboundMessage>(messages: M[]): M[][] {
+  const sends: M[][] = [];
+  let current: M[] = [];
+  let keys = new Map<string, string>();
+  for (const m of messages) {
+    const key = keys.get(m.aggregateid);
+    if (key !== undefined && key !== m.key) {
+      sends.push(current);
+      current = [];
+      keys = new Map();
+    }
+    keys.set(m.aggregateid, m.key);
+    current.push(m);
+  }
+  if (current.length > 0) sends.push(current);
+  return sends;
 }
 
 /** A failure wider than one record: the topic's remaining rows stay pending, uncharged. */

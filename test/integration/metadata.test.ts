@@ -11,7 +11,7 @@ import { Kafka, type CloudEvent, type KafkaMessage } from 'cloudevents';
 import { parseTableName } from '../../src/domain.ts';
 import { enqueue } from '../../src/enqueue.ts';
 import { qualified } from '../../src/outbox/identifier.ts';
-import { consumeAll, createTopics, fileDb, fixture, insertEvents, invokeOk as invoke, rowById, type Consumed, type Fixture } from './helpers.ts';
+import { consumeAll, createTopics, fileDb, fixture, insertEvents, invokeOk as invoke, rowById, rowStates, type Consumed, type Fixture } from './helpers.ts';
 
 const sql = fileDb();
 
@@ -122,5 +122,47 @@ describe('consumer metadata, read back from Kafka', () => {
     assert.deepEqual([row.parked, row.attempts], [true, 1]);
     assert.match(row.last_error ?? '', /INVALID_TIMESTAMP/);
     assert.deepEqual((await consumeAll([f.topic('late')], 1)).map((m) => m.headers.id), [fresh]);
+  });
+
+  it('G6, cloudevents: a row whose created_at is infinity, -infinity or in year 10000, or whose type or aggregateid is empty, is parked at once with its reason; the rows beside it are delivered as events that validate, and the invocation succeeds', async () => {
+    const f = await fixture(sql, 'meta_ce_bad', ['order'], 1);
+    const table = qualified(parseTableName(f.table));
+    const ids = await insertEvents(sql, f.table, [
+      { aggregateid: 'o-1', type: 'OrderPlaced' },
+      { aggregateid: 'inf', type: 'OrderPlaced' },
+      { aggregateid: 'inf', type: 'OrderPaid' },
+      { aggregateid: 'o-2', type: 'OrderPlaced' },
+      { aggregateid: 'minus-inf', type: 'OrderPlaced' },
+      { aggregateid: 'y10k', type: 'OrderPlaced' },
+      { aggregateid: 'no-type', type: '' },
+      { aggregateid: '', type: 'OrderPlaced' },
+      { aggregateid: 'o-3', type: 'OrderPlaced' },
+    ]);
+    const [good1, inf, infLater, good2, minusInf, y10k, noType, noSubject, good3] = ids as [string, string, string, string, string, string, string, string, string];
+    await sql.unsafe(`UPDATE ${table} SET created_at = 'infinity' WHERE id = $1`, [inf]);
+    await sql.unsafe(`UPDATE ${table} SET created_at = '-infinity' WHERE id = $1`, [minusInf]);
+    await sql.unsafe(`UPDATE ${table} SET created_at = '10000-01-01 00:00:00+00' WHERE id = $1`, [y10k]);
+    const summary = await invoke({ ...f.env, OUTBOX_METADATA: 'cloudevents', OUTBOX_CLOUDEVENTS_SOURCE: 'https://example.com/orders' });
+    assert.deepEqual([summary.published, summary.parked], [3, 5]);
+    const states = await rowStates(sql, f.table);
+    const state = (id: string) => states.find((r) => r.id === id)!;
+    const reasons: Array<[string, RegExp]> = [
+      [inf, /^created_at \("Infinity" seconds since 1970.*gives no CloudEvents time: ce_time is RFC 3339/],
+      [minusInf, /^created_at \("-Infinity" seconds since 1970.*ce_time is RFC 3339/],
+      [y10k, /^created_at \("253402300800(\.0+)?" seconds since 1970.*a time of the years 0000 to 9999/],
+      [noType, /^type is empty, and CloudEvents' ce_type must be a non-empty string/],
+      [noSubject, /^aggregateid is empty, and CloudEvents' ce_subject must be a non-empty string/],
+    ];
+    for (const [id, reason] of reasons) {
+      assert.deepEqual([state(id).parked, state(id).attempts], [true, 1], 'parked at once');
+      assert.match(state(id).last_error ?? '', reason);
+    }
+    assert.deepEqual([state(infLater).sent, state(infLater).attempts], [false, 0], 'its aggregate\'s later row waits behind it (hold), uncharged');
+    const messages = await consumeAll([f.topic('order')], 3);
+    assert.deepEqual(messages.map((m) => m.headers.id), [good1, good2, good3]);
+    for (const m of messages) {
+      const event = Kafka.toEvent({ key: m.key!, value: m.value, headers: m.headers, timestamp: m.timestamp } as KafkaMessage<string>) as CloudEvent<unknown>;
+      assert.equal(event.validate(), true);
+    }
   });
 });

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { parseTableName } from '../../src/domain.ts';
 import { qualified } from '../../src/outbox/identifier.ts';
-import { consumeAll, fileDb, fixture, insertEvents, invokeOk as invoke, rowById } from './helpers.ts';
+import { consumeAll, createTopics, fileDb, fixture, insertEvents, invokeOk as invoke, rowById, rowStates, topicCount } from './helpers.ts';
 
 const sql = fileDb();
 
@@ -42,5 +42,35 @@ describe('Debezium router options, read back from Kafka', () => {
     const parked = await rowById(sql, f.table, long!);
     assert.equal(parked.parked, true);
     assert.match(parked.last_error ?? '', /column tenant holds more than 1024 characters/);
+  });
+
+  it('G4, the key from another column (OUTBOX_KEY_COLUMN=type): an aggregate\'s row the broker refuses (INVALID_TIMESTAMP) is parked and holds the aggregate\'s later rows, keyed otherwise: none of them reaches Kafka, in that invocation or the next; other aggregates flow', async () => {
+    const f = await fixture(sql, 'router_key_hold', ['order'], 3);
+    const topic = f.topic('late');
+    await createTopics([topic], 3, [{ name: 'message.timestamp.before.max.ms', value: '600000' }]);
+    const ids = await insertEvents(sql, f.table, ['Placed', 'Paid', 'Shipped'].flatMap((type) => [
+      { aggregatetype: 'late', aggregateid: 'A', type },
+      { aggregatetype: 'late', aggregateid: 'B', type },
+    ]));
+    const a = ids.filter((_, i) => i % 2 === 0);
+    const b = ids.filter((_, i) => i % 2 === 1);
+    // A's first row is older than the topic takes: the broker refuses that record alone
+    await sql.unsafe(`UPDATE ${qualified(parseTableName(f.table))} SET created_at = now() - interval '1 hour' WHERE id = $1`, [a[0]!]);
+    const env = { ...f.env, OUTBOX_KEY_COLUMN: 'type', OUTBOX_METADATA: 'timestamp' };
+    const first = await invoke(env);
+    assert.deepEqual([first.published, first.parked], [3, 1]);
+    await invoke(env);
+    const states = await rowStates(sql, f.table);
+    const state = (id: string) => states.find((r) => r.id === id)!;
+    assert.deepEqual([state(a[0]!).parked, state(a[0]!).attempts], [true, 1]);
+    assert.match(state(a[0]!).last_error ?? '', /INVALID_TIMESTAMP/);
+    for (const id of a.slice(1)) assert.deepEqual([state(id).sent, state(id).attempts], [false, 0], 'held behind the parked row, not charged');
+    for (const id of b) assert.equal(state(id).sent, true, 'B flows');
+    const messages = await consumeAll([topic], 3);
+    assert.deepEqual(messages.map((m) => m.headers.id).sort(), [...b].sort());
+    assert.equal(await topicCount([topic]), 3, 'nothing of A on any partition');
+    // what makes this a test of partitions: A's later keys are not all on the partition of its first
+    const partitionOf = new Map(messages.map((m) => [m.key, m.partition]));
+    assert.ok(['Paid', 'Shipped'].some((k) => partitionOf.get(k) !== partitionOf.get('Placed')), `keys by partition: ${JSON.stringify([...partitionOf])}`);
   });
 });

@@ -445,6 +445,28 @@ describe('loadConfig: consumer metadata (OUTBOX_METADATA, OUTBOX_CLOUDEVENTS_SOU
     assert.match(problems({ ...base, OUTBOX_CLOUDEVENTS_SOURCE: '/orders' })[0]!, /OUTBOX_METADATA does not list cloudevents/);
     assert.match(problems({ ...base, OUTBOX_METADATA: 'cloudevents', OUTBOX_CLOUDEVENTS_SOURCE: 'my orders' })[0]!, /is not a URI reference/);
   });
+
+  it('OUTBOX_CLOUDEVENTS_SOURCE is checked as RFC 3986\'s URI-reference, as CloudEvents requires of ce_source, each refusal saying what is wrong', () => {
+    const source = (v: string) => problems({ ...base, OUTBOX_METADATA: 'cloudevents', OUTBOX_CLOUDEVENTS_SOURCE: v });
+    for (const ok of ['/orders-service', 'orders', 'urn:example:orders', 'https://example.com/orders?region=eu#x', 'http://[::1]:8080/a', 'https://u:p@h:443/', './a:b', '%E2%9C%93', 'mailto:orders@example.com']) {
+      assert.equal(loadConfig({ ...base, OUTBOX_METADATA: 'cloudevents', OUTBOX_CLOUDEVENTS_SOURCE: ok }).outbox.metadata.cloudEventsSource, ok);
+    }
+    const refused: Array<[string, RegExp]> = [
+      ['http://x/%zz<>', /it holds "<", which a URI may not hold as it is: percent-encode it \(%3C\)/],
+      ['http://x/%zz', /"%zz" is not a percent-encoding \(% and two hexadecimal digits\); a % itself is %25/],
+      ['zoë', /it holds "ë", .*\(%C3%AB\)/],
+      ['1a:b', /"1a:" is neither a scheme/],
+      ['http://h:x/', /the authority's host "h:x" is neither a name nor an address/],
+      ['a#b#c', /the fragment "b#c"/],
+      ['a/[b]', /the path "a\/\[b\]"/],
+    ];
+    for (const [v, reason] of refused) {
+      const [problem, ...more] = source(v);
+      assert.deepEqual(more, [], v);
+      assert.match(problem!, new RegExp(`^OUTBOX_CLOUDEVENTS_SOURCE=${JSON.stringify(v).replace(/[[\]().?*+]/g, '\\$&')} is not a URI reference \\(RFC 3986, as CloudEvents requires of ce_source\\): `), v);
+      assert.match(problem!, reason, v);
+    }
+  });
 });
 
 describe('loadConfig: Debezium router options (docs/debezium.md)', () => {

@@ -1,9 +1,10 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { CloudEvent, Kafka, type KafkaMessage } from 'cloudevents';
 import { DEFAULT_ROUTER, NO_METADATA, claimColumns, relayHeaders, topicFor, type Metadata, type OutboxRow, type RouterOptions } from '../../src/domain.ts';
 import { tracingSpanContext } from '../../src/enqueue.ts';
 import { MessageRejectedError } from '../../src/errors.ts';
-import { BATCH_OVERHEAD_BYTES, compactJson, compressionSlack, encodedSize, javaDouble, javaProperties, recordBytes, splitBySize, toMessage, traceContext } from '../../src/kafka/message.ts';
+import { BATCH_OVERHEAD_BYTES, compactJson, compressionSlack, createdAtMs, encodedSize, javaDouble, javaProperties, recordBytes, splitBySize, toMessage, traceContext } from '../../src/kafka/message.ts';
 import type { OutboundMessage } from '../../src/loop/ports.ts';
 import { brokenRule } from '../../src/loop/row-rules.ts';
 
@@ -136,7 +137,8 @@ describe('compressionSlack', () => {
 
 describe('row → message: consumer metadata (OUTBOX_METADATA)', () => {
   const created = new Date('2026-12-03T04:05:06.789Z');
-  const traced = { ...row, created_at: created, tracingspancontext: null as string | null };
+  // as the claim reads created_at: extract(epoch FROM created_at)::text (claimColumns)
+  const traced = { ...row, created_epoch: '1796270706.789000', tracingspancontext: null as string | null };
   const all: Metadata = { timestamp: true, seq: true, trace: true, cloudEventsSource: '/orders-service' };
   const PARENT = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
 
@@ -182,6 +184,62 @@ describe('row → message: consumer metadata (OUTBOX_METADATA)', () => {
       ce_subject: 'order-1',
       'content-type': 'application/json',
     });
+  });
+
+  it('created_at as the claim reads it (Postgres\' extract(epoch)): exact milliseconds whatever the year, floored before 1970; ±infinity and times beyond JavaScript\'s dates are no time', () => {
+    const at = (created_epoch: string) => createdAtMs({ ...row, created_epoch });
+    assert.equal(at('1796270706.789000'), Date.parse('2026-12-03T04:05:06.789Z'));
+    assert.equal(at('1796270706.789999'), Date.parse('2026-12-03T04:05:06.789Z'), 'microseconds truncated, as ISO text keeps milliseconds');
+    assert.equal(at('1796270706'), Date.parse('2026-12-03T04:05:06.000Z'), 'PG 13\'s float8 prints a whole second bare');
+    assert.equal(at('1e-06'), 0, 'or in exponent form');
+    // new Date('0050-06-01 00:00:00+00'), postgres.js' parse of timestamptz text, is 1950: not here
+    assert.equal(new Date(at('-60589296000.000000')).toISOString(), '0050-01-01T00:00:00.000Z');
+    assert.equal(at('-1.500000'), -1500);
+    assert.equal(at('-1.500001'), -1501, 'a fraction of a millisecond before 1970 is the millisecond before');
+    assert.equal(new Date(at('253402300800.000000')).getUTCFullYear(), 10000);
+    for (const none of ['Infinity', '-Infinity', 'NaN', '9224318016000.000000', '', 'x']) assert.ok(Number.isNaN(at(none)), none);
+    assert.throws(() => at(undefined as unknown as string), /row 7 has no created_at: the claim must read it/);
+  });
+
+  it('G6: a created_at that no record can carry parks its row, naming the column and the setting: ±infinity, a year beyond 9999 or before 0 (cloudevents), before 1970 or ±infinity (timestamp)', () => {
+    const ce = { ...NO_METADATA, cloudEventsSource: '/orders-service' };
+    const ts = { ...NO_METADATA, timestamp: true };
+    const parks = (created_epoch: string, metadata: Metadata, reason: RegExp) => {
+      assert.throws(() => toMessage({ ...traced, created_epoch }, 't', metadata), (err: unknown) => {
+        assert.ok(err instanceof MessageRejectedError && err.permanent, `parked at once: ${String(err)}`);
+        assert.match(err.message, /^created_at \(/);
+        assert.match(err.message, reason);
+        return true;
+      }, `${created_epoch} ${JSON.stringify(metadata)}`);
+    };
+    for (const v of ['Infinity', '-Infinity', '253402300800.000000', '-62167219200.001000']) parks(v, ce, /ce_time is RFC 3339, a time of the years 0000 to 9999 \(OUTBOX_METADATA=cloudevents\)/);
+    for (const v of ['Infinity', '-Infinity']) parks(v, ts, /is not a time a Kafka record timestamp \(OUTBOX_METADATA=timestamp\) can hold/);
+    parks('-0.001000', ts, /before 1970-01-01, and a Kafka record timestamp \(OUTBOX_METADATA=timestamp\) cannot be negative/);
+    // the edges that are times: year 0000 and 9999 (RFC 3339's four digits), 1970 itself, year 10000 as a record timestamp
+    assert.equal(toMessage({ ...traced, created_epoch: '-62167219200.000000' }, 't', ce).headers.ce_time, '0000-01-01T00:00:00.000Z');
+    assert.equal(toMessage({ ...traced, created_epoch: '253402300799.999999' }, 't', ce).headers.ce_time, '9999-12-31T23:59:59.999Z');
+    assert.equal(toMessage({ ...traced, created_epoch: '0' }, 't', ts).timestamp, 0);
+    assert.equal(toMessage({ ...traced, created_epoch: '253402300800.000000' }, 't', ts).timestamp, 253402300800000);
+  });
+
+  it('G6, cloudevents: an empty type or aggregateid, or one holding a character CloudEvents forbids, parks its row naming the column and the attribute; every other row gives headers the cloudevents package validates', () => {
+    const ce = { ...NO_METADATA, cloudEventsSource: 'urn:example:orders' };
+    const cases: Array<[Partial<OutboxRow>, RegExp]> = [
+      [{ type: '' }, /^type is empty, and CloudEvents' ce_type must be a non-empty string \(OUTBOX_METADATA=cloudevents\)/],
+      [{ aggregateid: '' }, /^aggregateid is empty, and CloudEvents' ce_subject must be a non-empty string/],
+      [{ type: 'Order\nCreated' }, /^type holds U\+000A, a character CloudEvents' ce_type may not hold/],
+      [{ aggregateid: 'o\u0085' }, /^aggregateid holds U\+0085/],
+      [{ type: 'x\ufdd0' }, /^type holds U\+FDD0/],
+      [{ aggregateid: 'x\u{10ffff}' }, /^aggregateid holds U\+10FFFF/],
+    ];
+    for (const [change, reason] of cases) {
+      assert.throws(() => toMessage({ ...traced, ...change }, 't', ce), (err: unknown) => err instanceof MessageRejectedError && err.permanent && reason.test(err.message), JSON.stringify(change));
+    }
+    for (const change of [{}, { type: 'ü.😀 type', aggregateid: ' ' }, { created_epoch: '-62167219200.000000' }, { created_epoch: '253402300799.999999' }]) {
+      const m = toMessage({ ...traced, ...change }, 't', ce);
+      const event = Kafka.toEvent({ key: m.key, value: m.value, headers: m.headers } as KafkaMessage<string>) as CloudEvent<unknown>;
+      assert.equal(event.validate(), true, JSON.stringify(change));
+    }
   });
 
   it('relayHeaders names exactly the headers the relay writes: the row\'s own of those names are replaced and not counted by the row rules', () => {
@@ -274,6 +332,11 @@ describe('row → message: Debezium router options (docs/debezium.md)', () => {
       '{"a":12.5,"b":[2.0,-3250.0,1.0E7,1.0E-4,123456789012345678901],"c":"1.50 \\" x"}');
     // members whose value is null are dropped, as Debezium's expansion does; nulls in arrays stay
     assert.equal(compactJson('{"a": null, "b": {"c": null}, "d": [null], "e": "f: null", "g": null}'), '{"b":{},"d":[null],"e":"f: null"}');
+    // one pass, joined every 8,192 tokens: members dropped at every place a join falls (a comma held across one)
+    const member = (i: number) => [`{"a": null, "b": ${i}.50, "c": null}`, '{"b": 1.50}', `{"x": null}`, `[null, {"d": "n\\"ull", "e": null}]`][i % 4]!;
+    const expanded = (i: number) => ['{"b":' + `${i}.5}`, '{"b":1.5}', '{}', '[null,{"d":"n\\"ull"}]'][i % 4]!;
+    const n = 20_000;
+    assert.equal(compactJson(`{"items": [${Array.from({ length: n }, (_, i) => member(i)).join(', ')}], "z": null}`), `{"items":[${Array.from({ length: n }, (_, i) => expanded(i)).join(',')}]}`);
     assert.deepEqual([0, 1, 0.001, 9999999.5, 1e7, 1.5e-4, 1e21, -2.5].map(javaDouble), ['0.0', '1.0', '0.001', '9999999.5', '1.0E7', '1.5E-4', '1.0E21', '-2.5']);
     const m = toMessage(plain, 't', router({ expandPayload: true, placement: [{ column: 'type', place: 'envelope', alias: 'eventType' }] }));
     assert.equal(m.value, '{"payload":{"total":42,"note":"a b, c: d \\" e"},"eventType":"OrderCreated"}');

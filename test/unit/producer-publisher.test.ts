@@ -6,7 +6,7 @@ import { describe, it } from 'node:test';
 import { Deadline } from '../../src/budget.ts';
 import { loadConfig } from '../../src/config.ts';
 import { DeadlineExceededError } from '../../src/errors.ts';
-import { ProducerPublisher, type ClientProducer, type KafkaClient } from '../../src/kafka/producer-publisher.ts';
+import { oneKeyPerAggregate, ProducerPublisher, type ClientProducer, type KafkaClient } from '../../src/kafka/producer-publisher.ts';
 import { createLogger } from '../../src/log.ts';
 import type { OutboundMessage } from '../../src/loop/ports.ts';
 
@@ -127,5 +127,49 @@ describe('ProducerPublisher in a warm container', () => {
     await sending;
     await new Promise((r) => setImmediate(r));
     assert.equal(last.closes, 2, 'a send running at close() closes its producer again when it settles');
+  });
+});
+
+/**
+ * A broker whose partitions are the keys: a send is refused when any of its records is, but
+ * appends the records of every other partition (key), as a Produce request's partitions are taken
+ * or refused one by one.
+ */
+class PartitionedClient implements KafkaClient {
+  /** what the broker appended, in order */
+  readonly appended: string[] = [];
+  readonly sends: string[][] = [];
+  constructor(private readonly refused: ReadonlySet<string>) {}
+  connect(): Promise<ClientProducer> {
+    return Promise.resolve({
+      send: (_topic: string, messages: OutboundMessage[]) => {
+        this.sends.push(messages.map((m) => m.seq));
+        const refusedKeys = new Set(messages.filter((m) => this.refused.has(m.seq)).map((m) => m.key));
+        for (const m of messages) if (!refusedKeys.has(m.key)) this.appended.push(m.seq);
+        return refusedKeys.size === 0 ? Promise.resolve() : Promise.reject(Object.assign(new Error('refused'), { type: 'INVALID_RECORD' }));
+      },
+      topicConfig: () => Promise.resolve(undefined),
+      close: () => Promise.resolve(),
+    });
+  }
+}
+
+describe('ProducerPublisher: a record the broker refuses holds its aggregate\'s later rows, whatever their keys (G4)', () => {
+  const m = (seq: string, aggregateid: string, key: string): OutboundMessage => ({ seq, aggregateid, topic: 'orders', key, value: '{}', headers: {} });
+
+  it('the key from another column (OUTBOX_KEY_COLUMN=type): A\'s second row, another key, is neither sent nor acked after A\'s first is refused; B flows', async () => {
+    const client = new PartitionedClient(new Set(['1']));
+    const outcome = await publisher(client).publish([m('1', 'A', 'Placed'), m('2', 'A', 'Paid'), m('3', 'B', 'Placed'), m('4', 'B', 'Paid')], new Deadline(Date.now() + 5_000));
+    assert.deepEqual(outcome.rejected.map((r) => r.seq), ['1']);
+    assert.deepEqual(outcome.acked, ['3', '4']);
+    assert.ok(!client.appended.includes('2'), `A's later row never reached a partition: appended ${client.appended.join(', ')}`);
+  });
+
+  it('a send holds an aggregate\'s rows of one key only (one partition): a change of key starts the next send, after the first is acked; the default key cuts nothing', async () => {
+    const client = new PartitionedClient(new Set());
+    const outcome = await publisher(client).publish([m('1', 'A', 'x'), m('2', 'B', 'y'), m('3', 'A', 'x'), m('4', 'A', 'z'), m('5', 'B', 'y')], new Deadline(Date.now() + 5_000));
+    assert.deepEqual(outcome.acked, ['1', '2', '3', '4', '5']);
+    assert.deepEqual(client.sends, [['1', '2', '3'], ['4', '5']]);
+    assert.deepEqual(oneKeyPerAggregate([m('1', 'A', 'A'), m('2', 'B', 'B'), m('3', 'A', 'A')]).map((s) => s.map((x) => x.seq)), [['1', '2', '3']]);
   });
 });
