@@ -80,7 +80,7 @@ export function wrapDbError(err: unknown, what: string): Error {
       `the batch was rolled back while ${what}: ${check}. The outbox table (or its sent table) is not shaped as the relay's ` +
       'statements expect: row-level security hiding rows from the role or forbidding the change, a trigger or rule that suppresses it, ' +
       'or rows the statement did not name. Nothing of the batch was marked or charged and the invocation stopped; its rows stay ' +
-      'pending and are published again (same ids) once the table is fixed (docs/schema.md, "Tables the relay refuses")';
+      'pending and are published again (same ids) once the table is fixed (docs/schema.md, "The schema check")';
     return new DatabaseError(message, { cause: err, retriable: false });
   }
   const refused = tlsRefusal(err, 'database');
