@@ -148,7 +148,8 @@ async function one(mode: SentRowsMode, round: number, variant: string): Promise<
       const rows = (await step('claim', claimed)) as Claimed;
       const marked = rows.filter((r) => r.publishable);
       const tids = marked.map((r) => r.tid);
-      const params = v.markBySeq ? [marked.map((r) => r.seq)] : v.markByCtid ? [tids] : [marked.map((r) => r.rel), tids];
+      const rels = [...new Set(marked.map((r) => r.rel))];
+      const params = v.markBySeq ? [marked.map((r) => r.seq)] : v.markByCtid ? [tids] : [rels.length === 1 ? rels : marked.map((r) => r.rel), tids];
       const markText = v.markBySeq?.(store, mode) ?? v.markByCtid?.(store, mode) ?? store.markText;
       await step('savepoint', () => conn`SAVEPOINT premark`);
       await step('mark', () => conn.unsafe(markText, params as never[], { prepare: true }));

@@ -130,7 +130,7 @@ export class BatchTx implements BatchTransaction {
     const { markText, unwaitText } = this.statements;
     const statements = [
       this.run('opening the premark savepoint', this.conn`SAVEPOINT premark`),
-      this.send('marking rows sent', markText, this.addressesOf(seqs)),
+      this.send('marking rows sent', markText, this.addressesOf(seqs, true)),
     ];
     // a row that had failed, once sent, may free the rows waiting behind it (the waiting marks)
     const freed = this.aggregatesOf(seqs, true);
@@ -223,7 +223,7 @@ export class BatchTx implements BatchTransaction {
       await pre.written;
       statements.push(this.run('undoing the premarks', this.conn`ROLLBACK TO SAVEPOINT premark`));
     }
-    if (sent.length) statements.push(this.send('marking rows sent', markText, this.addressesOf(sent)));
+    if (sent.length) statements.push(this.send('marking rows sent', markText, this.addressesOf(sent, true)));
     if (failures.length) {
       const params = [
         failures.map((f) => f.seq),
@@ -255,8 +255,11 @@ export class BatchTx implements BatchTransaction {
     this.end();
   }
 
-  /** The addresses (tableoids, ctids) of the claimed rows `seqs`, for the marks: rows this transaction claimed, and only those. */
-  private addressesOf(seqs: string[]): [rels: string[], tids: string[]] {
+  /**
+   * The addresses (tableoids, ctids) of the claimed rows `seqs`, for the marks: rows this transaction
+   * claimed, and only those. `oneRel`: the tableoids as one when they are all the same (sql.ts markedBy).
+   */
+  private addressesOf(seqs: string[], oneRel = false): [rels: string[], tids: string[]] {
     const rels: string[] = [];
     const tids: string[] = [];
     for (const seq of seqs) {
@@ -265,7 +268,7 @@ export class BatchTx implements BatchTransaction {
       rels.push(row.rel);
       tids.push(row.tid);
     }
-    return [rels, tids];
+    return [oneRel && rels.every((r) => r === rels[0]) ? rels.slice(0, 1) : rels, tids];
   }
 
   /** The distinct aggregates of the claimed rows `seqs` (only those that had failed before, with `retriedOnly`). */

@@ -12,6 +12,7 @@ import { loadConfig } from '../../src/config.ts';
 import { DatabaseError } from '../../src/errors.ts';
 import { createLogger } from '../../src/log.ts';
 import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
+import * as q from '../../src/outbox/sql.ts';
 import { OutboxStore, type SentRowsMode } from '../../src/outbox/store.ts';
 import type { Summary } from '../../src/relay.ts';
 import { Runtime } from '../../src/runtime.ts';
@@ -247,7 +248,9 @@ describe('columns of the application\'s own', () => {
     const store = new OutboxStore(sql, parseTableName(f.table), 'hold');
     const texts = [store.claimStatement(10, { aggregates: ['x'], inFlight: ['1'], topics: ['y'], topicTemplate: 'z' }).text, store.markText,
       store.unwaitText, store.markWaitingText, store.waitingWorkText, ...Object.values(store.pruneText),
-      new OutboxStore(sql, parseTableName(f.table), 'skip', { sentRows: 'delete' }).markText];
+      new OutboxStore(sql, parseTableName(f.table), 'skip', { sentRows: 'delete' }).markText,
+      q.recordFailuresSql(t), q.whyEmptySql(t, 'hold'), q.heldGapsSql(t), q.backlogSql(t), q.statusSql(t), q.parkedListSql(t),
+      q.operatorLookupSql(t, 'all-parked', true), q.parkedRetrySql(t), q.parkedSkipSql(t)];
     const names = new Set<string>();
     for (const text of texts) for (const m of text.matchAll(/\b(?:AS|AS NOT MATERIALIZED|AS MATERIALIZED)\s+\(?"?([a-z_][a-z0-9_]*)"?/gi)) names.add(m[1]!.toLowerCase());
     for (const m of texts.join('\n').matchAll(/\b([a-z_][a-z0-9_]*)\s+AS\s+(?:NOT\s+)?(?:MATERIALIZED\s+)?\(/gi)) names.add(m[1]!.toLowerCase());
@@ -255,7 +258,7 @@ describe('columns of the application\'s own', () => {
     const columns = await sql.unsafe<{ attname: string }[]>(`SELECT attname::text FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0`, [t]);
     const own = new Set(columns.map((c) => c.attname));
     const added = [...names].filter((n) => !own.has(n) && !['materialized', 'not'].includes(n));
-    for (const required of ['tid', 'rel', 'first_gap', 'publishable', 'running', 'last_seq', 'affected', 'k']) assert.ok(added.includes(required), `${required} among ${added.join(', ')}`);
+    for (const required of ['tid', 'rel', 'first_gap', 'publishable', 'running', 'last_seq', 'affected', 'delay_ms', 'claimable', 'why']) assert.ok(added.includes(required), `${required} among ${added.join(', ')}`);
     for (const c of added) await sql.unsafe(`ALTER TABLE ${t} ADD COLUMN "${c}" text DEFAULT 'the application''s'`);
 
     const ids = await insertEvents(sql, f.table, [{ aggregateid: 'a' }, { aggregateid: 'a' }, { aggregateid: 'b' }]);
