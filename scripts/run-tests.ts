@@ -3,7 +3,9 @@
 //
 // The integration suite runs once per Kafka client, and its guarantee files a third time through
 // PgBouncer (the passes below). The second client's pass runs the guarantee files over TLS:
-// Postgres with verify-full, the broker's SSL listener, the local CA (scripts/services/tls.sh). Files share the local services, and some of them stop, pause or
+// Postgres with verify-full, the broker's SSL listener, the local CA (scripts/services/tls.sh).
+// The PgBouncer pass runs them against an outbox partitioned by range of created_at
+// (TEST_OUTBOX_SHAPE=partitioned, test/integration/helpers.ts). Files share the local services, and some of them stop, pause or
 // kill one on purpose, or bind a fixed port. So every integration and model file names, in a
 // header line, the services it uses, and those it needs alone:
 //
@@ -45,7 +47,7 @@ interface Job {
 
 /** The files whose relay does not depend on its Kafka client: the second client's pass leaves them out. */
 const CLIENT_INDEPENDENT = /\/(claim-plan|search-path|transactions|services\.smoke|services\.status|kafka-proxy|package|partitions|lambda-runtime|fanout|pooler)\.test\.ts$/;
-/** The guarantee files, run a third time with every relay connecting through PgBouncer. */
+/** The guarantee files, run a third time with every relay connecting through PgBouncer, each fixture's outbox partitioned. */
 const VIA_POOLER = /\/(relay|on-the-wire|row-rules|poison-rows|missing-topics|operator-commands|database-faults|secrets|broker-faults|publishing)\.test\.ts$/;
 
 /** test/integration/helpers.ts, VIA_TLS; Node reads NODE_EXTRA_CA_CERTS at start, for a test's in-process relays */
@@ -87,7 +89,7 @@ export function jobs(): Job[] {
   for (const file of integration.filter((f) => VIA_POOLER.test(f))) {
     const claims = claimsOf(file);
     if (!claims.has('pgbouncer')) claims.set('pgbouncer', 'shared');
-    list.push({ name: `pgbouncer ${file}`, args: [file], env: { TEST_KAFKA_CLIENT: 'kafkajs', TEST_VIA_POOLER: '1' }, claims });
+    list.push({ name: `pgbouncer ${file}`, args: [file], env: { TEST_KAFKA_CLIENT: 'kafkajs', TEST_VIA_POOLER: '1', TEST_OUTBOX_SHAPE: 'partitioned' }, claims });
   }
   return list;
 }

@@ -42,6 +42,17 @@ export const KAFKA_SSL_BROKERS = '127.0.0.1:9099';
  * runs as a process, and the pass gives it to the test file's own process for the in-process ones.
  */
 export const VIA_TLS = process.env.TEST_VIA_TLS === '1';
+/**
+ * TEST_OUTBOX_SHAPE=partitioned (scripts/run-tests.ts' pgbouncer pass of the guarantee files):
+ * every fixture's outbox, once migrate has made it, is rebuilt as a table partitioned by RANGE
+ * (created_at) with two partitions (partitionByRange), as a team does to drop old rows by
+ * partition. The relay then names rows whose tableoid is a partition's, not the table's, and whose
+ * ctids repeat across partitions; the table has no primary key or unique seq (a partitioned
+ * table's unique indexes must include the partition key). The sent table stays plain.
+ */
+export const OUTBOX_SHAPE = process.env.TEST_OUTBOX_SHAPE ?? 'plain';
+if (OUTBOX_SHAPE !== 'plain' && OUTBOX_SHAPE !== 'partitioned') throw new Error(`TEST_OUTBOX_SHAPE=${OUTBOX_SHAPE}: plain or partitioned`);
+export const PARTITIONED = OUTBOX_SHAPE === 'partitioned';
 /** For a relay behind a test's proxy that reads the protocol (pg-proxy.ts, kafka-proxy.ts): plaintext in every pass. */
 export const PLAINTEXT_DB = { DATABASE_SSL: 'disable' };
 export const PLAINTEXT_KAFKA = { KAFKA_SSL: 'false' };
@@ -93,6 +104,18 @@ export async function fixture(sql: Sql, name: string, aggregatetypes: string[] =
   const table = uniqueName(name);
   const prefix = `test.${table}`;
   await migrate(sql, parseTableName(table));
+  // Split at the database's clock now: every row a test inserts afterwards with created_at's
+  // default (now(), its transaction's start) lands in the newer partition, so no test's rows are
+  // split by timing (a split a few seconds ahead would put a test's rows in one partition or the
+  // other by how fast the machine is: a failure no rerun reproduces). The older partition gets the
+  // rows a test gives, or updates to, a created_at in the past (operator-commands ages rows by
+  // hand: the UPDATE moves them there), at ctids the newer partition's rows have too. Every test
+  // still relays through a partition's tableoid, with no primary key or unique seq behind it;
+  // table-shapes.test.ts relays a table whose batches mix both partitions at the same ctids.
+  if (PARTITIONED) {
+    const [row] = await sql<{ split: string }[]>`SELECT now()::text AS split`;
+    await partitionByRange(sql, table, 'created_at', row!.split);
+  }
   const topics = aggregatetypes.map((a) => `${prefix}.${a}`);
   await createTopics(topics, partitions);
   return {
@@ -113,6 +136,37 @@ export async function fixture(sql: Sql, name: string, aggregatetypes: string[] =
       OUTBOX_LOG_LEVEL: 'info',
     },
   };
+}
+
+/**
+ * Rebuilds `table` (made by migrate) as a table partitioned by RANGE (`key`), as a team does to drop
+ * old partitions: the same columns, defaults, identity and checks, the relay's non-unique indexes
+ * and triggers, two partitions split at `split` (`${table}_a` before it, `${table}_b` from it).
+ * Unique indexes are left out: a partitioned table's must include the partition key.
+ */
+export async function partitionByRange(db: Sql, table: string, key: string, split: string): Promise<string[]> {
+  const t = qualified(parseTableName(table));
+  const old = `${table}_plain`;
+  await db.begin(async (x) => {
+    const indexes = await x.unsafe<{ def: string }[]>(
+      `SELECT pg_get_indexdef(i.indexrelid) AS def FROM pg_index i WHERE i.indrelid = $1::regclass AND NOT i.indisunique`, [t]);
+    const triggers = await x.unsafe<{ def: string }[]>(
+      `SELECT pg_get_triggerdef(oid) AS def FROM pg_trigger WHERE tgrelid = $1::regclass AND NOT tgisinternal`, [t]);
+    await x.unsafe(`ALTER TABLE ${t} RENAME TO "${old}"`);
+    await x.unsafe(`CREATE TABLE ${t} (LIKE "${old}" INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING GENERATED INCLUDING CONSTRAINTS) PARTITION BY RANGE (${key})`);
+    await x.unsafe(`CREATE TABLE "${table}_a" PARTITION OF ${t} FOR VALUES FROM (MINVALUE) TO ('${split}')`);
+    await x.unsafe(`CREATE TABLE "${table}_b" PARTITION OF ${t} FOR VALUES FROM ('${split}') TO (MAXVALUE)`);
+    const onOld = new RegExp(` ON (?:public\\.)?"?${old}"? `);
+    // the index names are the old table's: rename those first, so the rebuilt ones keep them
+    for (const { def } of indexes) {
+      const name = /INDEX (\S+) ON/.exec(def)![1]!;
+      await x.unsafe(`ALTER INDEX ${name} RENAME TO "${name.replaceAll('"', '')}_plain"`);
+      await x.unsafe(def.replace(onOld, ` ON ${t} `));
+    }
+    await x.unsafe(`DROP TABLE "${old}"`);
+    for (const { def } of triggers) await x.unsafe(def.replace(onOld, ` ON ${t} `));
+  });
+  return [`${table}_a`, `${table}_b`];
 }
 
 export async function createTopics(topics: string[], partitions = 3, configEntries?: Array<{ name: string; value: string }>): Promise<void> {

@@ -6,7 +6,6 @@
 // its batch forever, one that matched more loses rows. Against the real database and broker.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import type { Sql } from 'postgres';
 import { Deadline } from '../../src/budget.ts';
 import { loadConfig } from '../../src/config.ts';
 import { DatabaseError } from '../../src/errors.ts';
@@ -16,7 +15,7 @@ import * as q from '../../src/outbox/sql.ts';
 import { OutboxStore, type SentRowsMode } from '../../src/outbox/store.ts';
 import type { Summary } from '../../src/relay.ts';
 import { Runtime } from '../../src/runtime.ts';
-import { consumeAll, copiesById, fileDb, firstCopyOrder, fixture, insertEvents, isSorted, sentTableOf, topicCount, type Fixture } from './helpers.ts';
+import { consumeAll, copiesById, fileDb, firstCopyOrder, fixture, insertEvents, isSorted, partitionByRange, sentTableOf, topicCount, type Fixture } from './helpers.ts';
 
 const sql = fileDb();
 
@@ -49,37 +48,6 @@ async function outboxRows(f: { table: string }): Promise<{ pending: number; char
 async function sentCount(f: { table: string }): Promise<number> {
   const [r] = await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${sentTableOf(f.table)}`);
   return r!.n;
-}
-
-/**
- * Rebuilds `table` (made by migrate) as a table partitioned by RANGE (`key`), as a team does to drop
- * old partitions: the same columns, defaults, identity and checks, the relay's non-unique indexes
- * and triggers, two partitions split at `split`. Unique indexes are left out: a partitioned
- * table's must include the partition key.
- */
-async function partitionByRange(db: Sql, table: string, key: string, split: string): Promise<string[]> {
-  const t = qualified(parseTableName(table));
-  const old = `${table}_plain`;
-  await db.begin(async (x) => {
-    const indexes = await x.unsafe<{ def: string }[]>(
-      `SELECT pg_get_indexdef(i.indexrelid) AS def FROM pg_index i WHERE i.indrelid = $1::regclass AND NOT i.indisunique`, [t]);
-    const triggers = await x.unsafe<{ def: string }[]>(
-      `SELECT pg_get_triggerdef(oid) AS def FROM pg_trigger WHERE tgrelid = $1::regclass AND NOT tgisinternal`, [t]);
-    await x.unsafe(`ALTER TABLE ${t} RENAME TO "${old}"`);
-    await x.unsafe(`CREATE TABLE ${t} (LIKE "${old}" INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING GENERATED INCLUDING CONSTRAINTS) PARTITION BY RANGE (${key})`);
-    await x.unsafe(`CREATE TABLE "${table}_a" PARTITION OF ${t} FOR VALUES FROM (MINVALUE) TO ('${split}')`);
-    await x.unsafe(`CREATE TABLE "${table}_b" PARTITION OF ${t} FOR VALUES FROM ('${split}') TO (MAXVALUE)`);
-    const onOld = new RegExp(` ON (?:public\\.)?"?${old}"? `);
-    // the index names are the old table's: rename those first, so the rebuilt ones keep them
-    for (const { def } of indexes) {
-      const name = /INDEX (\S+) ON/.exec(def)![1]!;
-      await x.unsafe(`ALTER INDEX ${name} RENAME TO "${name.replaceAll('"', '')}_plain"`);
-      await x.unsafe(def.replace(onOld, ` ON ${t} `));
-    }
-    await x.unsafe(`DROP TABLE "${old}"`);
-    for (const { def } of triggers) await x.unsafe(def.replace(onOld, ` ON ${t} `));
-  });
-  return [`${table}_a`, `${table}_b`];
 }
 
 describe('the mark checks what it moved', () => {

@@ -14,6 +14,10 @@ describe('npm test: which files may run together', () => {
     assert.deepEqual([...all.find((j) => j.name === 'unit')!.claims], []);
     // the pooler pass shares PgBouncer
     for (const job of all.filter((j) => j.name.startsWith('pgbouncer '))) assert.ok(job.claims.has('pgbouncer'), job.name);
+    // ...and runs the guarantee files against a partitioned outbox (test/integration/helpers.ts OUTBOX_SHAPE)
+    const pooled = all.filter((j) => j.name.startsWith('pgbouncer '));
+    assert.ok(pooled.length > 0);
+    for (const job of pooled) assert.equal(job.env.TEST_OUTBOX_SHAPE, 'partitioned', job.name);
   });
 
   it('parses shared and alone services, and refuses a missing line or an unknown service', () => {
