@@ -122,7 +122,9 @@ describe('fan-out, as deployed', () => {
 
   it('fan-out off (the default): a tick that stops on its budget with a backlog starts no helper', async () => {
     const f = await fixture(sql, 'fanoutoff');
-    await backlogOf(f, 30_000, 50);
+    // twice the others' backlog: an idle machine's tick moved more than 15,000 of 30,000 rows, and
+    // with fewer left than it moved, fan-out on would start no helper either (the test would be vacuous)
+    await backlogOf(f, 60_000, 50);
     const api = await deployed(f, 3, {});
     const first = summaryOf(await tick(api), api);
     assert.equal(first.stoppedBecause, 'budget', JSON.stringify(first));
