@@ -18,6 +18,14 @@ import { LambdaInvokeApi, type Recorded } from './lambda-invoke-api.ts';
 /** the function's timeout (s) and safety margin: each invocation relays for about two seconds */
 const TIMEOUT_S = 4;
 const SHORT = { OUTBOX_SAFETY_MARGIN_MS: '2000', OUTBOX_BATCH_SIZE: '200' };
+/**
+ * Rows in each test's backlog: more than twice what one tick moves on an idle machine (a 4 s tick
+ * moved over 15,000 rows, more than half of the 30,000 these tests had, and then wanted no helper),
+ * so that the first tick wants one however fast the machine; and the ticks to drain it, enough for
+ * a busy one (a single invocation at a third of that rate).
+ */
+const BACKLOG = 100_000;
+const MAX_TICKS = 40;
 
 let sql: Sql;
 let taskRoot: string;
@@ -73,11 +81,11 @@ async function backlogOf(f: Fixture, n: number, aggregates: number): Promise<str
 describe('fan-out, as deployed', () => {
   it('G1/G3/G4: a backlog: ticks out of budget start helpers, at most OUTBOX_FANOUT_MAX at once, none by a helper; each row once, in order', async () => {
     const f = await fixture(sql, 'fanout');
-    const ids = await backlogOf(f, 30_000, 100);
+    const ids = await backlogOf(f, BACKLOG, 100);
     // a pool larger than the bound: the bound is the relay's, not the pool's
     const api = await deployed(f, 6, { OUTBOX_FANOUT_MAX: '3' });
     const ticks: Recorded[] = [];
-    for (let i = 0; i < 12 && (await counts(sql, f.table)).pending > 0; i++) ticks.push(await tick(api));
+    for (let i = 0; i < MAX_TICKS && (await counts(sql, f.table)).pending > 0; i++) ticks.push(await tick(api));
 
     assert.equal((await counts(sql, f.table)).pending, 0, `not drained in ${ticks.length} ticks\n${api.output()}`);
     const first = summaryOf(ticks[0]!, api);
@@ -103,7 +111,7 @@ describe('fan-out, as deployed', () => {
 
   it('a full pool (429 TooManyRequestsException): the tick that wanted a helper succeeds, logs and counts it (HelpersNotStarted), and the rows go with the next ticks, each once', async () => {
     const f = await fixture(sql, 'fanoutfull');
-    const ids = await backlogOf(f, 30_000, 50);
+    const ids = await backlogOf(f, BACKLOG, 50);
     // one execution environment: the tick holds it while it starts its helper
     const api = await deployed(f, 1, { OUTBOX_FANOUT_MAX: '2' });
     const first = summaryOf(await tick(api), api);
@@ -114,17 +122,15 @@ describe('fan-out, as deployed', () => {
     assert.equal(metricSum(api, 'HelpersStarted'), 0);
     const warning = api.jsonLines().find((l) => l.message === 'helpers not started: their rows stay claimable for the next tick');
     assert.match(JSON.stringify(warning), /TooManyRequestsException/);
-    for (let i = 0; i < 10 && (await counts(sql, f.table)).pending > 0; i++) summaryOf(await tick(api), api);
-    assert.deepEqual(await counts(sql, f.table), { total: 30_000, sent: 30_000, parked: 0, pending: 0 });
+    for (let i = 0; i < MAX_TICKS && (await counts(sql, f.table)).pending > 0; i++) summaryOf(await tick(api), api);
+    assert.deepEqual(await counts(sql, f.table), { total: BACKLOG, sent: BACKLOG, parked: 0, pending: 0 });
     assert.equal(helpers(api).length, 0, 'no helper ever ran');
     await arrivedOnceInOrder(f, ids);
   });
 
   it('fan-out off (the default): a tick that stops on its budget with a backlog starts no helper', async () => {
     const f = await fixture(sql, 'fanoutoff');
-    // twice the others' backlog: an idle machine's tick moved more than 15,000 of 30,000 rows, and
-    // with fewer left than it moved, fan-out on would start no helper either (the test would be vacuous)
-    await backlogOf(f, 60_000, 50);
+    await backlogOf(f, BACKLOG, 50);
     const api = await deployed(f, 3, {});
     const first = summaryOf(await tick(api), api);
     assert.equal(first.stoppedBecause, 'budget', JSON.stringify(first));
@@ -147,10 +153,10 @@ describe('fan-out, as deployed', () => {
 
   it("linger mode: a lingering tick that stops on its budget with a backlog starts helpers, which never linger; a drained tick lingers and starts none; a helper on an empty table ends after one claim (HelpersFoundNothing)", async () => {
     const f = await fixture(sql, 'fanoutlinger');
-    const ids = await backlogOf(f, 30_000, 50);
+    const ids = await backlogOf(f, BACKLOG, 50);
     const api = await deployed(f, 3, { OUTBOX_FANOUT_MAX: '2', OUTBOX_IDLE: 'linger' });
     const ticks: Recorded[] = [];
-    for (let i = 0; i < 10 && (await counts(sql, f.table)).pending > 0; i++) ticks.push(await tick(api));
+    for (let i = 0; i < MAX_TICKS && (await counts(sql, f.table)).pending > 0; i++) ticks.push(await tick(api));
     assert.equal((await counts(sql, f.table)).pending, 0, `not drained in ${ticks.length} ticks\n${api.output()}`);
     const started = helpers(api);
     const summaries = () => JSON.stringify(api.invocations.map((i) => [helperMarker(i.event) ? 'helper' : 'tick', i.outcome]));
