@@ -283,6 +283,17 @@ async function repairParked(sql: Sql, table: TableName, action: 'retry' | 'skip'
     if (dryRun || decided.actedOn.length === 0) return result;
     // the lookup locked the rows: the UPDATE finds each one decided as the lookup read it
     const rows = await tx.unsafe<{ id: string; aggregateid: string }[]>(action === 'retry' ? q.parkedRetrySql(t) : q.parkedSkipSql(t), [decided.actedOn, reason, operator]);
+    // every row decided, and only those, or nothing (the transaction rolls back): a change hidden
+    // by row-level security or a trigger would report rows retried that stay parked
+    const changed = new Set(rows.map((r) => r.id));
+    if (rows.length !== decided.actedOn.length || decided.actedOn.some((id) => !changed.has(id))) {
+      throw new DatabaseError(
+        `${action === 'retry' ? 'retrying' : 'skipping'} ${decided.actedOn.length} parked rows of ${t} changed ${rows.length}: ` +
+          'row-level security hiding rows from the role, a trigger that suppresses the UPDATE, or rows sharing an id. Nothing was changed; ' +
+          'fix the table (docs/schema.md, "The schema check") and run the command again',
+        { retriable: false },
+      );
+    }
     const aggregates = [...new Set(rows.map((r) => r.aggregateid))];
     if (aggregates.length) await tx.unsafe(q.unwaitSql(t, policy), [aggregates]);
     return result;

@@ -10,6 +10,7 @@ import { Deadline } from '../../src/budget.ts';
 import { loadConfig } from '../../src/config.ts';
 import { DatabaseError } from '../../src/errors.ts';
 import { createLogger } from '../../src/log.ts';
+import { retryParked, skipParked } from '../../src/outbox/admin.ts';
 import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
 import * as q from '../../src/outbox/sql.ts';
 import { OutboxStore, type SentRowsMode } from '../../src/outbox/store.ts';
@@ -135,6 +136,27 @@ describe('the mark checks what it moved', () => {
     await assert.rejects(tx2.markAndCommit(seqs, []), (err: Error) => /the mark moved 0 rows out of the outbox/.test(err.message));
     assert.deepEqual(await outboxRows(f), { pending: 2, charged: 0 });
     assert.equal(await sentCount(f), 0);
+  });
+});
+
+describe('operators\' commands check what they changed', () => {
+  it('G8: `parked retry` whose UPDATE a trigger suppresses fails, changing nothing, instead of reporting rows retried that stay parked', async () => {
+    const f = await fixture(sql, 'opcheck');
+    const t = qualified(parseTableName(f.table));
+    const [id] = await insertEvents(sql, f.table, [{ aggregateid: 'a' }]);
+    await sql.unsafe(`UPDATE ${t} SET attempts = 5, parked_at = now(), last_error = 'poison' WHERE id = $1`, [id!]);
+    const fn = `${f.table}_frozen`;
+    await sql.unsafe(`CREATE FUNCTION "${fn}"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$`);
+    await sql.unsafe(`CREATE TRIGGER frozen BEFORE UPDATE ON ${t} FOR EACH ROW EXECUTE FUNCTION "${fn}"()`);
+    const request = { ids: [id!], reason: 'fixed the consumer', operator: 'test', dryRun: false, policy: 'hold' as const };
+    await assert.rejects(retryParked(sql, parseTableName(f.table), request), (err: unknown) => {
+      assert.ok(err instanceof DatabaseError && !err.retriable, String(err));
+      assert.match(err.message, /retrying 1 parked rows of .* changed 0: row-level security/);
+      return true;
+    });
+    await assert.rejects(skipParked(sql, parseTableName(f.table), request), /skipping 1 parked rows of .* changed 0/);
+    const [row] = await sql.unsafe<{ parked: boolean; attempts: number }[]>(`SELECT parked_at IS NOT NULL AS parked, attempts FROM ${t}`);
+    assert.deepEqual(row, { parked: true, attempts: 5 });
   });
 });
 
