@@ -17,6 +17,7 @@ import {
   parseTableName,
   placedColumns,
   relayHeaders,
+  routerOf,
   templateHead,
   unknownPlaceholders,
   type Metadata,
@@ -233,7 +234,7 @@ function outboxConfig(read: EnvReader, prepare: boolean): Config['outbox'] {
     metadata,
     parkedPolicy: read.oneOf('OUTBOX_PARKED_POLICY', PARKED_POLICIES, 'hold'),
     maxMessageBytes: read.str('OUTBOX_MAX_MESSAGE_BYTES') === undefined ? undefined : read.int('OUTBOX_MAX_MESSAGE_BYTES', 1_000_000, 1_024, 100_000_000),
-    maxBatchBytes: read.int('OUTBOX_MAX_BATCH_BYTES', defaultMaxBatchBytes(functionMemoryMb(read)), 1_024, 4 * 1024 ** 3),
+    maxBatchBytes: read.int('OUTBOX_MAX_BATCH_BYTES', defaultMaxBatchBytes(functionMemoryMb(read), routerOf(metadata).expandPayload), 1_024, 4 * 1024 ** 3),
     sentRows: read.oneOf('OUTBOX_SENT_ROWS', ['keep', 'delete'] as const, 'keep'),
     retainSentMs: read.int('OUTBOX_RETAIN_SENT_MS', 86_400_000, 0, 365 * 86_400_000),
     // skipped rows are the audit record of an operator's decision: kept a month, not a day
@@ -277,14 +278,21 @@ function functionMemoryMb(read: EnvReader): number {
 const BASELINE_MB = 128;
 /** copies of a batch's payloads the process holds at its peak, the claim ahead included (measured, same place) */
 const BATCH_COPIES = 6;
+/**
+ * With OUTBOX_EXPAND_JSON_PAYLOAD=true, the expanded text and its parts besides: one payload at the
+ * 512 MB function's 64 MiB peaked at 517–549 MB (bundled CLI, one invocation; 480 unexpanded), at
+ * 48 MiB at 411–435 (docs/configuration.md, OUTBOX_MAX_BATCH_BYTES)
+ */
+const BATCH_COPIES_EXPANDED = 8;
 
 /**
  * OUTBOX_MAX_BATCH_BYTES' default for a function of `memoryMb` MB: what is left over the
  * baseline, shared by the copies of a batch held at once, in whole MiB, at least 1 MiB (a batch
- * takes its first row whatever its size). 512 MB: 64 MiB.
+ * takes its first row whatever its size). 512 MB: 64 MiB, 48 MiB when payloads are expanded.
  */
-export function defaultMaxBatchBytes(memoryMb: number): number {
-  return Math.max(1, Math.floor((memoryMb - BASELINE_MB) / BATCH_COPIES)) * 1024 * 1024;
+export function defaultMaxBatchBytes(memoryMb: number, expandPayload = false): number {
+  const copies = expandPayload ? BATCH_COPIES_EXPANDED : BATCH_COPIES;
+  return Math.max(1, Math.floor((memoryMb - BASELINE_MB) / copies)) * 1024 * 1024;
 }
 
 /**

@@ -416,6 +416,9 @@ describe('OUTBOX_MAX_BATCH_BYTES', () => {
     assert.equal(defaultMaxBatchBytes(512), 64 * MiB);
     assert.equal(defaultMaxBatchBytes(1_024), 149 * MiB);
     assert.equal(defaultMaxBatchBytes(128), MiB);
+    // expanded payloads hold more copies of a batch: 48 MiB in 512 MB (measured, docs/configuration.md)
+    assert.equal(defaultMaxBatchBytes(512, true), 48 * MiB);
+    assert.equal(loadConfig({ ...base, OUTBOX_EXPAND_JSON_PAYLOAD: 'true' }).outbox.maxBatchBytes, 48 * MiB);
     assert.equal(loadConfig(base).outbox.maxBatchBytes, 64 * MiB);
     assert.equal(loadConfig({ ...base, AWS_LAMBDA_FUNCTION_MEMORY_SIZE: '2048' }).outbox.maxBatchBytes, defaultMaxBatchBytes(2_048));
     assert.equal(DEFAULT_CLAIM_BYTES.batch, loadConfig(base).outbox.maxBatchBytes, "the store's default is the configuration's");
