@@ -142,7 +142,13 @@ function shape(rel: string, c: string, prefix: string, commands: Array<[command:
          FROM pg_trigger t
          WHERE t.tgrelid = ${rel} AND NOT t.tgisinternal AND t.tgenabled <> 'D'
            AND t.tgtype::int & 3 = 3 AND t.tgtype::int & ${events} <> 0
-         ORDER BY t.tgname)) END AS ${prefix}_triggers`;
+         ORDER BY t.tgname)) END AS ${prefix}_triggers,
+       -- rules on the same events (ev_type 2 UPDATE, 3 INSERT, 4 DELETE): a rule rewrites the statement
+       CASE WHEN ${rel} IS NOT NULL THEN to_json(ARRAY(
+         SELECT quote_ident(w.rulename) FROM pg_rewrite w
+         WHERE w.ev_class = ${rel} AND w.ev_enabled <> 'D'
+           AND w.ev_type::text = ANY (ARRAY[${[[16, '2'], [4, '3'], [8, '4']].filter(([bit]) => (events & (bit as number)) !== 0).map(([, t]) => `'${t}'`).join(', ')}])
+         ORDER BY 1)) END AS ${prefix}_rules`;
 }
 
 /** OutboxStore's SentRowsMode (store.ts), restated: store.ts imports this module. */
@@ -202,6 +208,8 @@ export interface TableShape {
   rls_restrictive: string[];
   /** enabled BEFORE ROW triggers on the events that can skip the relay's row (returning NULL): UPDATE/DELETE on the outbox, INSERT/DELETE on the sent table */
   triggers: Array<{ name: string; events: string }>;
+  /** enabled rules on those events, quoted: a DO INSTEAD rule skips or redirects the relay's statement */
+  rules: string[];
 }
 
 export interface SchemaNeeds {
@@ -293,7 +301,7 @@ export function schemaProblems(f: SchemaFacts, needs: SchemaNeeds): string[] {
       if (!missing) problems.push(`the sent table ${sentTable} does not exist: this version of the relay moves sent rows there. Run ${MIGRATE} (idempotent) before the relay, or set OUTBOX_SENT_ROWS=delete to keep no sent rows`);
     } else if (!isTable(f.sent_kind)) {
       problems.push(
-        `the sent table ${sentTable} is ${KINDS[f.sent_kind ?? ''] ?? `a relation of kind ${f.sent_kind}`}, not a table: acked rows are moved into it and retention deletes them by ctid. ` +
+        `the sent table ${sentTable} is ${KINDS[f.sent_kind ?? ''] ?? `a relation of kind ${f.sent_kind}`}, not a table: acked rows are moved into it and retention deletes them by address (tableoid, ctid). ` +
           `Make it a table (rename this one and run ${MIGRATE}, which creates it), or set OUTBOX_SENT_ROWS=delete to keep no sent rows`,
       );
     } else if (f.sent_insert && f.sent_insert_lacking?.length) {
@@ -353,7 +361,7 @@ function outboxShapeProblems(f: SchemaFacts, needs: SchemaNeeds, problems: strin
   const { table } = needs;
   if (!isTable(f.outbox_kind)) {
     problems.push(
-      `the outbox table ${table} is ${KINDS[f.outbox_kind!] ?? `a relation of kind ${f.outbox_kind}`}, not a table: the relay locks its rows, then deletes or moves them by ctid ` +
+      `the outbox table ${table} is ${KINDS[f.outbox_kind!] ?? `a relation of kind ${f.outbox_kind}`}, not a table: the relay locks its rows, then deletes or moves them by address (tableoid, ctid) ` +
         `in the batch's transaction, which only a table's rows allow. Set OUTBOX_TABLE to the table itself, made by ${MIGRATE}`,
     );
   }
@@ -361,8 +369,8 @@ function outboxShapeProblems(f: SchemaFacts, needs: SchemaNeeds, problems: strin
   if (f.outbox_kind !== 'p' && f.outbox_children?.length) {
     const children = f.outbox_children;
     problems.push(
-      `the outbox table ${table} has inheritance ${children.length === 1 ? 'child' : 'children'} ${list(children, 'and')}: the relay's claims and marks reach their rows too, ` +
-        "and a mark by ctid also deletes a child's row at the same ctid, so rows are lost. " +
+      `the outbox table ${table} has inheritance ${children.length === 1 ? 'child' : 'children'} ${list(children, 'and')}: the relay's claims reach their rows too, ` +
+        "which have none of the outbox's indexes, identity, size checks or triggers (each claim reads a child whole, and a child's seqs can repeat the outbox's). " +
         `Detach ${children.length === 1 ? 'it' : 'each'} (${children.map((c) => `ALTER TABLE ${c} NO INHERIT ${table}`).join('; ')}), or set OUTBOX_TABLE to a table without children`,
     );
   }
@@ -370,10 +378,11 @@ function outboxShapeProblems(f: SchemaFacts, needs: SchemaNeeds, problems: strin
     const parents = f.outbox_parents;
     problems.push(
       `the outbox table ${table} inherits from ${list(parents, 'and')}: rows inserted there are never relayed, and a statement on ${parents.length === 1 ? 'it' : 'them'} ` +
-        `(another relay's marks by ctid, a DELETE by hand) reaches the outbox's rows too. Detach it (${parents.map((p) => `ALTER TABLE ${table} NO INHERIT ${p}`).join('; ')})`,
+        `(another relay's claims and marks, a DELETE by hand) reaches the outbox's rows too. Detach it (${parents.map((p) => `ALTER TABLE ${table} NO INHERIT ${p}`).join('; ')})`,
     );
   }
   rlsProblem(f, 'outbox', `the outbox table ${table}`, table, f.outbox_rls_blocked, f.outbox_rls_restrictive, problems);
+  if (f.outbox_rules?.length) problems.push(ruleProblem(f.outbox_rules, `the outbox table ${table}`, table, "the relay's UPDATE or DELETE of its rows"));
   if (f.outbox_triggers?.length) {
     problems.push(
       triggerProblem(f.outbox_triggers, `the outbox table ${table}`, table, "the relay's UPDATE or DELETE of a row",
@@ -388,11 +397,12 @@ function sentShapeProblems(f: SchemaFacts, needs: SchemaNeeds, problems: string[
   if (f.sent_kind !== 'p' && f.sent_children?.length) {
     const children = f.sent_children;
     problems.push(
-      `the sent table ${sentTable} has inheritance ${children.length === 1 ? 'child' : 'children'} ${list(children, 'and')}: retention deletes its old rows by ctid, ` +
-        `which repeat across the children, so it would delete their rows too. Detach ${children.length === 1 ? 'it' : 'each'} (${children.map((c) => `ALTER TABLE ${c} NO INHERIT ${sentTable}`).join('; ')})`,
+      `the sent table ${sentTable} has inheritance ${children.length === 1 ? 'child' : 'children'} ${list(children, 'and')}: retention deletes its old rows, ` +
+        `and reaches the children's rows too, deleting whatever they keep once it is older than the window. Detach ${children.length === 1 ? 'it' : 'each'} (${children.map((c) => `ALTER TABLE ${c} NO INHERIT ${sentTable}`).join('; ')})`,
     );
   }
   rlsProblem(f, 'sent', `the sent table ${sentTable}`, sentTable, f.sent_rls_blocked, f.sent_rls_restrictive, problems);
+  if (f.sent_rules?.length) problems.push(ruleProblem(f.sent_rules, `the sent table ${sentTable}`, sentTable, "the move's INSERT or retention's DELETE"));
   if (f.sent_triggers?.length) {
     problems.push(triggerProblem(f.sent_triggers, `the sent table ${sentTable}`, sentTable, "the move's INSERT or retention's DELETE of a row", 'a skipped INSERT loses the sent row, a skipped DELETE keeps it past retention'));
   }
@@ -409,6 +419,14 @@ function rlsProblem(f: SchemaFacts, which: 'outbox' | 'sent', where: string, tab
       `and no policy lets it ${list(blocked, 'and')} every row (${why}${held}): ` +
       `CREATE POLICY outbox_relay ON ${table} FOR ALL TO ${f.role_ident} USING (true) WITH CHECK (true)${held ? `, with ${f.role_ident} left out of ${list(restrictive!, 'and')}` : ''}, ` +
       `or ALTER ROLE ${f.role_ident} BYPASSRLS`,
+  );
+}
+
+function ruleProblem(rules: string[], where: string, table: string, what: string): string {
+  const one = rules.length === 1;
+  return (
+    `${where} has ${one ? 'rule' : 'rules'} ${list(rules, 'and')} on ${what}, which ${one ? 'rewrites' : 'rewrite'} the relay's statements (a DO INSTEAD rule skips or redirects them): ` +
+    `drop ${one ? 'it' : 'them'} (${rules.map((r) => `DROP RULE ${r} ON ${table}`).join('; ')}), or use an AFTER trigger for what ${one ? 'it does' : 'they do'}`
   );
 }
 

@@ -410,6 +410,17 @@ describe('checkTables: what the tables are', () => {
     assert.equal(left!.n, 0, 'both marks deleted their rows');
   });
 
+  it('G8 (G2): a DO INSTEAD NOTHING rule on the outbox\'s DELETE is refused before claiming, naming it and the fix; a rule on INSERT is not the relay\'s concern: dropped, it relays', async () => {
+    const f = await fixture(sql, 'rule');
+    const t = qualified(parseTableName(f.table));
+    await sql.unsafe(`CREATE RULE keep_rows AS ON DELETE TO ${t} DO INSTEAD NOTHING`);
+    await insertEvents(sql, f.table, [{ aggregateid: 'a' }]);
+    await refused(f.env, [`the outbox table ${t} has rule keep_rows on the relay's UPDATE or DELETE of its rows`, `DROP RULE keep_rows ON ${t}`]);
+    await unmoved(f, 1);
+    await sql.unsafe(`DROP RULE keep_rows ON ${t}`);
+    assert.equal((await invoke(f.env)).published, 1);
+  });
+
   it('an UNLOGGED outbox is accepted: it relays, and a warning that a crash empties it is logged once per client', async () => {
     const f = await fixture(sql, 'unlogged');
     const t = qualified(parseTableName(f.table));

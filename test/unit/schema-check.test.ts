@@ -46,8 +46,8 @@ function facts(over: Partial<SchemaFacts> = {}): SchemaFacts {
 function shape<P extends 'outbox' | 'sent'>(p: P) {
   return {
     [`${p}_kind`]: 'r', [`${p}_persistence`]: 'p', [`${p}_is_partition`]: false, [`${p}_children`]: [], [`${p}_parents`]: [],
-    [`${p}_rls_blocked`]: null, [`${p}_rls_restrictive`]: null, [`${p}_triggers`]: [],
-  } as Pick<SchemaFacts, `${P}_kind` | `${P}_persistence` | `${P}_is_partition` | `${P}_children` | `${P}_parents` | `${P}_rls_blocked` | `${P}_rls_restrictive` | `${P}_triggers`>;
+    [`${p}_rls_blocked`]: null, [`${p}_rls_restrictive`]: null, [`${p}_triggers`]: [], [`${p}_rules`]: [],
+  } as Pick<SchemaFacts, `${P}_kind` | `${P}_persistence` | `${P}_is_partition` | `${P}_children` | `${P}_parents` | `${P}_rls_blocked` | `${P}_rls_restrictive` | `${P}_triggers` | `${P}_rules`>;
 }
 
 function problems(over: Partial<SchemaFacts>, sentRows: CheckedMode = 'keep'): string[] {
@@ -145,7 +145,7 @@ describe('schemaProblems: what the tables are (kind, inheritance, row-level secu
   it('an outbox that is a view, a materialized view or a foreign table is refused, naming the kind and the fix; its missing size checks are not said too', () => {
     for (const [kind, name] of [['v', 'a view'], ['m', 'a materialized view'], ['f', 'a foreign table']] as const) {
       assert.deepEqual(problems({ outbox_kind: kind, checked_columns: [] }), [
-        `the outbox table "outbox" is ${name}, not a table: the relay locks its rows, then deletes or moves them by ctid in the batch's transaction, ` +
+        `the outbox table "outbox" is ${name}, not a table: the relay locks its rows, then deletes or moves them by address (tableoid, ctid) in the batch's transaction, ` +
           'which only a table\'s rows allow. Set OUTBOX_TABLE to the table itself, made by `outbox-relay migrate`',
       ]);
     }
@@ -153,7 +153,7 @@ describe('schemaProblems: what the tables are (kind, inheritance, row-level secu
 
   it('a sent table that is a view is refused in keep mode (instead of its grants), and not looked at in delete mode', () => {
     assert.deepEqual(problems({ sent_kind: 'v', sent_insert: false }, 'keep'), [
-      'the sent table "outbox_sent" is a view, not a table: acked rows are moved into it and retention deletes them by ctid. ' +
+      'the sent table "outbox_sent" is a view, not a table: acked rows are moved into it and retention deletes them by address (tableoid, ctid). ' +
         'Make it a table (rename this one and run `outbox-relay migrate`, which creates it), or set OUTBOX_SENT_ROWS=delete to keep no sent rows',
     ]);
     assert.deepEqual(problems({ sent_kind: 'v', sent_children: ['x'], sent_triggers: [{ name: 't', events: 'INSERT' }] }, 'delete'), []);
@@ -166,17 +166,17 @@ describe('schemaProblems: what the tables are (kind, inheritance, row-level secu
 
   it('inheritance: an outbox with children, an outbox that is a child, a sent table with children (keep mode): each refused with the ALTER TABLE … NO INHERIT', () => {
     assert.deepEqual(problems({ outbox_children: ['outbox_a', 'outbox_b'] }), [
-      'the outbox table "outbox" has inheritance children outbox_a and outbox_b: the relay\'s claims and marks reach their rows too, and a mark by ctid also deletes ' +
-        'a child\'s row at the same ctid, so rows are lost. Detach each (ALTER TABLE outbox_a NO INHERIT "outbox"; ALTER TABLE outbox_b NO INHERIT "outbox"), ' +
+      'the outbox table "outbox" has inheritance children outbox_a and outbox_b: the relay\'s claims reach their rows too, which have none of the outbox\'s indexes, ' +
+        'identity, size checks or triggers (each claim reads a child whole, and a child\'s seqs can repeat the outbox\'s). Detach each (ALTER TABLE outbox_a NO INHERIT "outbox"; ALTER TABLE outbox_b NO INHERIT "outbox"), ' +
         'or set OUTBOX_TABLE to a table without children',
     ]);
     assert.deepEqual(problems({ outbox_parents: ['events'] }), [
-      'the outbox table "outbox" inherits from events: rows inserted there are never relayed, and a statement on it (another relay\'s marks by ctid, ' +
+      'the outbox table "outbox" inherits from events: rows inserted there are never relayed, and a statement on it (another relay\'s claims and marks, ' +
         'a DELETE by hand) reaches the outbox\'s rows too. Detach it (ALTER TABLE "outbox" NO INHERIT events)',
     ]);
     assert.deepEqual(problems({ sent_children: ['old_sent'] }), [
-      'the sent table "outbox_sent" has inheritance child old_sent: retention deletes its old rows by ctid, which repeat across the children, ' +
-        'so it would delete their rows too. Detach it (ALTER TABLE old_sent NO INHERIT "outbox_sent")',
+      'the sent table "outbox_sent" has inheritance child old_sent: retention deletes its old rows, and reaches the children\'s rows too, ' +
+        'deleting whatever they keep once it is older than the window. Detach it (ALTER TABLE old_sent NO INHERIT "outbox_sent")',
     ]);
     assert.deepEqual(problems({ sent_children: ['old_sent'] }, 'delete'), []);
   });
@@ -195,6 +195,15 @@ describe('schemaProblems: what the tables are (kind, inheritance, row-level secu
     const [sent] = problems({ sent_rls_blocked: ['INSERT'], sent_rls_restrictive: [] });
     assert.match(sent!, /^row-level security on the sent table "outbox_sent" applies .* lets it INSERT every row \(INSERT: the move of acked rows fails, .*\): CREATE POLICY outbox_relay ON "outbox_sent" FOR ALL TO relay/);
     assert.deepEqual(problems({ sent_rls_blocked: ['INSERT'] }, 'delete'), []);
+  });
+
+  it('rules on the relay\'s UPDATE, DELETE (the outbox) or INSERT, DELETE (the sent table): each named, with the fix', () => {
+    assert.deepEqual(problems({ outbox_rules: ['keep_rows'] }), [
+      'the outbox table "outbox" has rule keep_rows on the relay\'s UPDATE or DELETE of its rows, which rewrites the relay\'s statements (a DO INSTEAD rule skips or redirects them): ' +
+        'drop it (DROP RULE keep_rows ON "outbox"), or use an AFTER trigger for what it does',
+    ]);
+    assert.match(problems({ sent_rules: ['a', 'b'] })[0]!, /^the sent table "outbox_sent" has rules a and b on the move's INSERT or retention's DELETE, .*DROP RULE a ON "outbox_sent"; DROP RULE b ON "outbox_sent"/);
+    assert.deepEqual(problems({ sent_rules: ['a'] }, 'delete'), [], 'delete mode writes no sent row');
   });
 
   it('BEFORE ROW triggers that can skip the relay\'s row: each named with its events, and the fix', () => {
