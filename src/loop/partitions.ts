@@ -9,8 +9,14 @@ import type { Deadline } from '../budget.ts';
 import type { Logger } from '../log.ts';
 import type { Store } from './ports.ts';
 
+/**
+ * The longest a call may take: its lock waits (at most four of its 200 ms lock_timeout,
+ * partitioned.sql) and its work. With less time left than this it is left to the next invocation.
+ */
+export const MAINTENANCE_MAX_MS = 1_000;
+
 export async function maintainPartitions(store: Store, retainSentMs: number, logger: Logger, deadline: Deadline): Promise<void> {
-  if (!store.partitionsMaintained || !store.maintainPartitions) return;
+  if (!store.partitionsMaintained || !store.maintainPartitions || !deadline.fits(MAINTENANCE_MAX_MS)) return;
   try {
     const done = await store.maintainPartitions(retainSentMs > 0 ? retainSentMs : null, deadline);
     if (done.created > 0 || done.dropped > 0) logger.info('partitions maintained', { ...done });

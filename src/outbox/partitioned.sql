@@ -93,7 +93,8 @@ CREATE TABLE IF NOT EXISTS {{sent_default}} PARTITION OF {{sent_table}} DEFAULT;
 -- the baseline's trigger functions get) and EXECUTE revoked from PUBLIC: GRANT EXECUTE ON FUNCTION
 -- {{partitions_fn}}(bigint) TO the relay's role (docs/schema.md).
 -- lock_timeout: every lock it asks for on a parent blocks the claims queued behind it; it waits
--- at most this long, and most calls ask for none (nothing to create or drop).
+-- at most this long, at most twice per table (one creation, one drop: a parent held for one is
+-- held for the next), and most calls ask for none (nothing to create or drop).
 CREATE OR REPLACE FUNCTION {{partitions_fn}}(retain_sent_ms bigint) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET lock_timeout = '200ms' AS $partitions$
 DECLARE
@@ -131,8 +132,14 @@ BEGIN
                        nsp, part_name, parent, lo, lo + make_interval(secs => width));
         IF opts IS NOT NULL THEN EXECUTE format('ALTER TABLE %I.%I SET (%s)', nsp, part_name, opts); END IF;
         created := created + 1;
-      EXCEPTION WHEN lock_not_available OR check_violation OR invalid_object_definition THEN
-        busy := busy + 1;
+      EXCEPTION
+        -- the parent is held: so would it be for the next ones (each wait is a lock_timeout)
+        WHEN lock_not_available THEN
+          busy := busy + ahead - i + 1;
+          EXIT;
+        -- the DEFAULT partition holds rows of this range, or a partition of another width overlaps it
+        WHEN check_violation OR invalid_object_definition THEN
+          busy := busy + 1;
       END;
     END LOOP;
   END LOOP;

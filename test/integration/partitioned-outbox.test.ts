@@ -298,6 +298,49 @@ describe('partition maintenance', () => {
     }
   });
 
+  it('a lock not had within its lock_timeout (a claim in flight) leaves the partitions for the next call, which makes and drops them', async () => {
+    const f = await partitioned('plock');
+    const t = outboxTableOf(f.table);
+    const fn = render('{{partitions_fn}}', parseTableName(f.table));
+    await handPartition(t, `${f.table}_idle`, -3, -2);
+    const tomorrow = await partName(f.table, 1);
+    await sql.unsafe(`DROP TABLE "${tomorrow}"`);
+    await insertEvents(sql, f.table, [{ aggregateid: 'a' }]);
+    // a claim's locks, held by an open transaction
+    const claim = await sql.reserve();
+    try {
+      await claim`BEGIN`;
+      await claim.unsafe(`SELECT 1 FROM ${t} FOR UPDATE SKIP LOCKED`);
+      const started = Date.now();
+      const [busy] = await sql.unsafe<{ done: string }[]>(`SELECT ${fn}(NULL)::text AS done`);
+      const waitedMs = Date.now() - started;
+      // tomorrow's and the two after it (one wait: the parent held for one is held for the next), and the drop
+      assert.deepEqual(JSON.parse(busy!.done), { created: 0, dropped: 0, busy: 4 });
+      assert.ok(waitedMs >= 350 && waitedMs < 1_000, `waited ${waitedMs} ms: twice its lock_timeout (200 ms), not the claim's end`);
+      assert.equal(await exists(`${f.table}_idle`), true);
+    } finally {
+      await claim`ROLLBACK`;
+      claim.release();
+    }
+    const [done] = await sql.unsafe<{ done: string }[]>(`SELECT ${fn}(NULL)::text AS done`);
+    assert.deepEqual(JSON.parse(done!.done), { created: 1, dropped: 1, busy: 0 });
+    assert.equal(await exists(`${f.table}_idle`), false);
+    assert.equal(await exists(tomorrow), true);
+  });
+
+  it('a maintenance that fails is a warning: the invocation relays every row', async () => {
+    const f = await partitioned('pfail');
+    const fn = render('{{partitions_fn}}', parseTableName(f.table));
+    await sql.unsafe(`CREATE OR REPLACE FUNCTION ${fn}(retain_sent_ms bigint) RETURNS jsonb LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'maintenance broken'; END $$`);
+    await insertEvents(sql, f.table, [{ aggregateid: 'a' }, { aggregateid: 'b' }, { aggregateid: 'a' }]);
+    const logs: string[] = [];
+    const summary = await invokeOnce(f.env, logs);
+    assert.equal(summary.published, 3);
+    assert.ok(logs.some((l) => l.includes('maintaining the partitions failed') && l.includes('maintenance broken')), logs.join('\n'));
+    const [r] = await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${sentTableOf(f.table)}`);
+    assert.equal(r!.n, 3);
+  });
+
   it('costs one round trip when there is nothing to do', async () => {
     const f = await partitioned('pcost');
     const fn = render('{{partitions_fn}}', parseTableName(f.table));
