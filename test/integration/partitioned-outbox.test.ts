@@ -15,7 +15,7 @@ import { Runtime } from '../../src/runtime.ts';
 import type { Summary } from '../../src/relay.ts';
 import {
   ADMIN_DATABASE_URL, DATABASE_URL, consumeAll, copiesById, db, fileDb, firstCopyOrder, fixture, insertEvents, isSorted, outboxTableOf,
-  seqsById, sentTableOf, uniqueName, type Fixture,
+  runCli, seqsById, sentTableOf, uniqueName, type Fixture,
 } from './helpers.ts';
 
 const sql = fileDb();
@@ -155,6 +155,23 @@ describe('migrate with OUTBOX_PARTITION_WIDTH', () => {
       assert.deepEqual(again.partitions, { created: 0, dropped: 0, busy: 0 });
       assert.deepEqual(await snapshot(), before);
     }
+  });
+
+  it('`outbox-relay migrate` reads OUTBOX_PARTITION_WIDTH: 6-hour partitions, what the maintenance made in its JSON; a width it cannot use is refused', async () => {
+    const table = uniqueName('pcli');
+    const env = { DATABASE_URL, KAFKA_BROKERS: '127.0.0.1:9092', OUTBOX_TABLE: table };
+    const res = await runCli(['migrate'], { ...env, OUTBOX_PARTITION_WIDTH: '6 hours' });
+    assert.equal(res.code, 0, res.stderr);
+    assert.deepEqual(res.summary, { table, applied: [1], alreadyApplied: [], partitions: { created: 8, dropped: 0, busy: 0 } });
+    const bounds = (await partitionsOf(outboxTableOf(table))).filter((p) => p.bound !== 'DEFAULT');
+    const [width] = await sql.unsafe<{ s: number }[]>(
+      `SELECT DISTINCT extract(epoch FROM (substring($1 FROM 'TO \\(''([^'']+)''\\)'))::timestamptz - (substring($1 FROM 'FROM \\(''([^'']+)''\\)'))::timestamptz)::int AS s`,
+      [bounds[0]!.bound],
+    );
+    assert.equal(width!.s, 6 * 3_600);
+    const bad = await runCli(['migrate'], { ...env, OUTBOX_TABLE: uniqueName('pcli'), OUTBOX_PARTITION_WIDTH: '1 month' });
+    assert.equal(bad.code, 2, bad.stderr);
+    assert.match(bad.stderr, /OUTBOX_PARTITION_WIDTH="1 month" is not a partition width/);
   });
 
   it('refuses to partition a plain table that exists, and changes nothing', async () => {
