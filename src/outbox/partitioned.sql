@@ -119,13 +119,16 @@ DECLARE
   busy      integer := 0;
 BEGIN
   FOREACH parent IN ARRAY ARRAY[outbox, sent] LOOP
-    SELECT ns.nspname, c.relname INTO nsp, base FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace WHERE c.oid = parent;
+    -- partitions are named <parent>_pYYYYMMDD_HHMI; a parent's name too long for that keeps its
+    -- first 35 characters and a hash of the whole (the outbox's and its sent table's may share 44)
+    SELECT ns.nspname, CASE WHEN length(c.relname) <= 44 THEN c.relname::text ELSE left(c.relname, 35) || '_' || left(md5(c.relname), 8) END
+    INTO nsp, base FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace WHERE c.oid = parent;
     -- the DEFAULT partition's storage options (the baseline's autovacuum settings), for each new one
     SELECT array_to_string(d.reloptions, ', ') INTO opts
     FROM pg_partitioned_table p JOIN pg_class d ON d.oid = p.partdefid WHERE p.partrelid = parent;
     FOR i IN 0 .. ahead LOOP
       lo := now_lo + make_interval(secs => i * width);
-      part_name := left(base, 44) || '_p' || to_char(lo AT TIME ZONE 'UTC', 'YYYYMMDD_HH24MI');
+      part_name := base || '_p' || to_char(lo AT TIME ZONE 'UTC', 'YYYYMMDD_HH24MI');
       CONTINUE WHEN to_regclass(format('%I.%I', nsp, part_name)) IS NOT NULL;
       BEGIN
         EXECUTE format('CREATE TABLE %I.%I PARTITION OF %s FOR VALUES FROM (%L) TO (%L)',

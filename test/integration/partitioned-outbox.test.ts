@@ -131,6 +131,15 @@ describe('migrate with OUTBOX_PARTITION_WIDTH', () => {
     assert.equal(pk?.def, 'PRIMARY KEY (id, created_at)');
   });
 
+  it('a table name too long for its partitions\' names: they keep a hash of it, and the outbox\'s and the sent table\'s stay apart', async () => {
+    const f = await fixture(sql, `plong_${'x'.repeat(45)}`, ['order'], 3, { partitionWidthS: DAY_S });
+    for (const parent of [outboxTableOf(f.table), sentTableOf(f.table)]) {
+      const parts = await partitionsOf(parent);
+      assert.equal(parts.length, 5, `${parent}: ${parts.map((p) => p.name).join(', ')}`);
+      for (const p of parts) assert.ok(p.name.length <= 63, p.name);
+    }
+  });
+
   it("has the plain table's columns, defaults, identity, checks, non-unique indexes and triggers", async () => {
     const plain = await fixture(sql, 'pplain');
     const parted = await partitioned('pshape');
