@@ -263,6 +263,8 @@ describe('partition maintenance', () => {
     const summary = await invokeOnce({ ...f.env, OUTBOX_RETAIN_SENT_MS: String(DAY_MS) }, logs);
     assert.equal(await exists(`${f.table}_old`), false, 'the old partition dropped');
     assert.equal(await exists(`${f.table}_yesterday`), true, 'yesterday\'s kept: its upper bound is within the window');
+    assert.equal(await exists(await partName(`${f.table}_sent`, 0)), true, 'today\'s kept');
+    assert.equal(await exists(`${f.table}_sent_default`), true, 'the DEFAULT one kept');
     const [r] = await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${s}`);
     assert.equal(r!.n, 3, 'only the old partition\'s row is gone: no row deleted one by one');
     assert.equal(summary.pruned, 0);
