@@ -154,6 +154,7 @@ BEGIN
   -- (LOCK TABLE takes it on every partition too), under which no row can arrive (an INSERT with an
   -- old created_at) and which DETACH needs anyway.
   FOREACH parent IN ARRAY ARRAY[outbox, sent] LOOP
+    -- a negative window would reach the current partition and those ahead: none is shorter than 0
     CONTINUE WHEN parent = sent AND retain_sent_ms IS NULL;
     drops := '{}';
     FOR rel IN
@@ -162,7 +163,7 @@ BEGIN
            substring(pg_get_expr(c.relpartbound, c.oid) FROM 'TO \(''([^'']+)''\)') AS ub
       WHERE i.inhparent = parent AND ub IS NOT NULL
         AND ub::timestamptz <= CASE WHEN parent = outbox THEN now_lo
-                                    ELSE now() - make_interval(secs => retain_sent_ms / 1000.0) END
+                                    ELSE now() - make_interval(secs => greatest(retain_sent_ms, 0) / 1000.0) END
       ORDER BY ub::timestamptz
     LOOP
       IF parent = outbox THEN

@@ -372,6 +372,17 @@ describe('partition maintenance', () => {
     assert.equal(r!.n, 3);
   });
 
+  it('no window, however given, reaches the current sent partition or those ahead', async () => {
+    const f = await partitioned('pwindow');
+    const fn = render('{{partitions_fn}}', parseTableName(f.table));
+    const before = await partitionsOf(sentTableOf(f.table));
+    for (const ms of [0, -30 * DAY_MS]) {
+      const [r] = await sql.unsafe<{ done: string }[]>(`SELECT ${fn}(${ms})::text AS done`);
+      assert.deepEqual(JSON.parse(r!.done), { created: 0, dropped: 0, busy: 0 }, String(ms));
+    }
+    assert.deepEqual(await partitionsOf(sentTableOf(f.table)), before);
+  });
+
   it('costs one round trip when there is nothing to do', async () => {
     const f = await partitioned('pcost');
     const fn = render('{{partitions_fn}}', parseTableName(f.table));
