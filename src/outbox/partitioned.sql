@@ -130,6 +130,13 @@ BEGIN
       lo := now_lo + make_interval(secs => i * width);
       part_name := base || '_p' || to_char(lo AT TIME ZONE 'UTC', 'YYYYMMDD_HH24MI');
       CONTINUE WHEN to_regclass(format('%I.%I', nsp, part_name)) IS NOT NULL;
+      -- a partition of another width (OUTBOX_PARTITION_WIDTH changed) covers some of it: the
+      -- CREATE would wait for the parent's lock only to be refused
+      CONTINUE WHEN EXISTS (
+        SELECT FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid,
+             substring(pg_get_expr(c.relpartbound, c.oid) FROM 'FROM \(''([^'']+)''\)') AS lb,
+             substring(pg_get_expr(c.relpartbound, c.oid) FROM 'TO \(''([^'']+)''\)') AS ub
+        WHERE i.inhparent = parent AND lb::timestamptz < lo + make_interval(secs => width) AND ub::timestamptz > lo);
       BEGIN
         EXECUTE format('CREATE TABLE %I.%I PARTITION OF %s FOR VALUES FROM (%L) TO (%L)',
                        nsp, part_name, parent, lo, lo + make_interval(secs => width));

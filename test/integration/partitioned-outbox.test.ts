@@ -183,6 +183,14 @@ describe('migrate with OUTBOX_PARTITION_WIDTH', () => {
     assert.match(bad.stderr, /OUTBOX_PARTITION_WIDTH="1 month" is not a partition width/);
   });
 
+  it('run again with another width: no partition of the new width over a range the old ones cover, and no lock asked for', async () => {
+    const f = await partitioned('pwidth');
+    const before = await partitionsOf(outboxTableOf(f.table));
+    const again = await migrate(sql, parseTableName(f.table), undefined, { partitionWidthS: 6 * 3_600 });
+    assert.deepEqual(again.partitions, { created: 0, dropped: 0, busy: 0 }, 'the days made cover the next 6-hour widths');
+    assert.deepEqual(await partitionsOf(outboxTableOf(f.table)), before);
+  });
+
   it('refuses to partition a plain table that exists, and changes nothing', async () => {
     // under TEST_OUTBOX_SHAPE=partitioned the fixture's outbox is partitioned by hand: its sent table is still plain
     const f = await fixture(sql, 'prefuse');
