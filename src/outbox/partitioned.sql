@@ -118,6 +118,12 @@ DECLARE
   dropped   integer := 0;
   busy      integer := 0;
 BEGIN
+  -- one call at a time per outbox (fan-out helpers, warm relays and migrate may call at once): a
+  -- second would wait for the first's locks, then find its CREATE or DROP done and fail. Tried,
+  -- never waited for: the call under way does the work; held to the caller's COMMIT.
+  IF NOT pg_try_advisory_xact_lock(hashtext('outbox-relay:partitions:' || outbox::oid::text)) THEN
+    RETURN jsonb_build_object('created', 0, 'dropped', 0, 'busy', 0);
+  END IF;
   FOREACH parent IN ARRAY ARRAY[outbox, sent] LOOP
     -- partitions are named <parent>_pYYYYMMDD_HHMI; a parent's name too long for that keeps its
     -- first 35 characters and a hash of the whole (the outbox's and its sent table's may share 44)

@@ -380,6 +380,26 @@ describe('partition maintenance', () => {
     assert.equal(r!.n, 3);
   });
 
+  it('calls at once (fan-out helpers, warm relays, migrate) never fail each other: one makes the partitions, the others find them made or leave them', async () => {
+    const f = await partitioned('pmany');
+    const fn = render('{{partitions_fn}}', parseTableName(f.table));
+    for (let round = 0; round < 5; round++) {
+      await sql.unsafe(`DROP TABLE "${await partName(f.table, 1)}", "${await partName(`${f.table}_sent`, 2)}"`);
+      await handPartition(outboxTableOf(f.table), `${f.table}_gone`, -3, -2);
+      const pool = db();
+      try {
+        const answers = await Promise.all(Array.from({ length: 6 }, () => pool.unsafe<{ done: string }[]>(`SELECT ${fn}(${DAY_MS})::text AS done`)));
+        const done = answers.map(([r]) => JSON.parse(r!.done) as { created: number; dropped: number; busy: number });
+        assert.equal(done.reduce((n, d) => n + d.created, 0), 2, JSON.stringify(done));
+        assert.equal(done.reduce((n, d) => n + d.dropped, 0), 1, JSON.stringify(done));
+      } finally {
+        await pool.end();
+      }
+      assert.equal(await exists(await partName(f.table, 1)), true);
+      assert.equal(await exists(`${f.table}_gone`), false);
+    }
+  });
+
   it('no window, however given, reaches the current sent partition or those ahead', async () => {
     const f = await partitioned('pwindow');
     const fn = render('{{partitions_fn}}', parseTableName(f.table));
