@@ -139,10 +139,10 @@ BEGIN
       -- a partition of another width (OUTBOX_PARTITION_WIDTH changed) covers some of it: the
       -- CREATE would wait for the parent's lock only to be refused
       CONTINUE WHEN EXISTS (
-        SELECT FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid,
+        SELECT FROM pg_inherits h JOIN pg_class c ON c.oid = h.inhrelid,
              substring(pg_get_expr(c.relpartbound, c.oid) FROM 'FROM \(''([^'']+)''\)') AS lb,
              substring(pg_get_expr(c.relpartbound, c.oid) FROM 'TO \(''([^'']+)''\)') AS ub
-        WHERE i.inhparent = parent AND lb::timestamptz < lo + make_interval(secs => width) AND ub::timestamptz > lo);
+        WHERE h.inhparent = parent AND lb::timestamptz < lo + make_interval(secs => width) AND ub::timestamptz > lo);
       BEGIN
         EXECUTE format('CREATE TABLE %I.%I PARTITION OF %s FOR VALUES FROM (%L) TO (%L)',
                        nsp, part_name, parent, lo, lo + make_interval(secs => width));
@@ -167,14 +167,14 @@ BEGIN
   -- (LOCK TABLE takes it on every partition too), under which no row can arrive (an INSERT with an
   -- old created_at) and which DETACH needs anyway.
   FOREACH parent IN ARRAY ARRAY[outbox, sent] LOOP
-    -- a negative window would reach the current partition and those ahead: none is shorter than 0
     CONTINUE WHEN parent = sent AND retain_sent_ms IS NULL;
     drops := '{}';
     FOR rel IN
       SELECT c.oid::regclass
-      FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid,
+      FROM pg_inherits h JOIN pg_class c ON c.oid = h.inhrelid,
            substring(pg_get_expr(c.relpartbound, c.oid) FROM 'TO \(''([^'']+)''\)') AS ub
-      WHERE i.inhparent = parent AND ub IS NOT NULL
+      WHERE h.inhparent = parent AND ub IS NOT NULL
+        -- a negative window would reach the current partition and those ahead: none is shorter than 0
         AND ub::timestamptz <= CASE WHEN parent = outbox THEN now_lo
                                     ELSE now() - make_interval(secs => greatest(retain_sent_ms, 0) / 1000.0) END
       ORDER BY ub::timestamptz
