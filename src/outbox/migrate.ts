@@ -1,5 +1,8 @@
 // Numbered .sql migrations, applied once per target table and recorded. Safe when several run
-// at once: the whole run holds a transaction-scoped advisory lock.
+// at once: the whole run holds a transaction-scoped advisory lock. With a partition width
+// (OUTBOX_PARTITION_WIDTH), partitioned.sql first makes the tables partitioned, and the migrations
+// are rendered for that kind of table (render(): one statement differs); docs/schema.md,
+// "Partitioned outboxes".
 import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
