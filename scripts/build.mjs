@@ -30,7 +30,8 @@
 //   lines. Node reads a module's map when it loads the module: a chunk not loaded costs nothing.
 // - The SQL migrations (src/outbox/migrations/*.sql) are embedded by `define` as the value of
 //   globalThis.__OUTBOX_MIGRATIONS__ (see loadMigrations in src/outbox/migrate.ts), once, where it
-//   is read: a bundle has no src/ directory to read them from.
+//   is read: a bundle has no src/ directory to read them from. So is src/outbox/partitioned.sql
+//   (globalThis.__OUTBOX_PARTITIONED_SQL__, loadPartitionedSql).
 // - @platformatic/kafka's CRC32C and codecs come from @platformatic/wasm-utils, whose main entry
 //   reads native.wasm from a path relative to its own file, which a bundle does not have (the
 //   import fails at load: ENOENT .../dist/native.wasm). Its `bundled` entry embeds the same wasm:
@@ -45,7 +46,7 @@
 //   setting of a deployed function can turn one on. Only --test-hooks builds them in, into a
 //   directory of its own that nothing zips or packages.
 import { build } from 'esbuild';
-import { createWriteStream, existsSync } from 'node:fs';
+import { createWriteStream, existsSync, readFileSync } from 'node:fs';
 import { mkdir, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { dirname, join, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -62,6 +63,7 @@ const distDir = join(root, 'dist');
 const NOTICES = 'THIRD-PARTY-NOTICES.txt';
 
 const migrationsDir = join(root, 'src', 'outbox', 'migrations');
+const partitionedSql = join(root, 'src', 'outbox', 'partitioned.sql');
 
 /** Same selection and order as loadMigrations() in src/outbox/migrate.ts. */
 async function readMigrations() {
@@ -115,6 +117,7 @@ function defines(testHooks, migrations) {
   return {
     __OUTBOX_TEST_HOOKS__: String(testHooks),
     ...(migrations.length ? { 'globalThis.__OUTBOX_MIGRATIONS__': JSON.stringify(migrations) } : {}),
+    ...(existsSync(partitionedSql) ? { 'globalThis.__OUTBOX_PARTITIONED_SQL__': JSON.stringify(readFileSync(partitionedSql, 'utf8')) } : {}),
   };
 }
 

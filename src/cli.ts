@@ -110,7 +110,7 @@ export async function main(command: Command): Promise<number> {
     case 'migrate': {
       const rt = getRuntime();
       const sql = await rt.database();
-      const result = await migrate(sql, rt.config.outbox.table).catch((e: unknown) => {
+      const result = await migrate(sql, rt.config.outbox.table, undefined, { partitionWidthS: rt.config.outbox.partitionWidthS }).catch((e: unknown) => {
         throw wrapDbError(e, 'migrating');
       });
       process.stdout.write(jsonText(result) + '\n');

@@ -237,6 +237,7 @@ function outboxConfig(read: EnvReader, prepare: boolean): Config['outbox'] {
     maxBatchBytes: read.int('OUTBOX_MAX_BATCH_BYTES', defaultMaxBatchBytes(functionMemoryMb(read), routerOf(metadata).expandPayload), 1_024, 4 * 1024 ** 3),
     sentRows: read.oneOf('OUTBOX_SENT_ROWS', ['keep', 'delete'] as const, 'keep'),
     retainSentMs: read.int('OUTBOX_RETAIN_SENT_MS', 86_400_000, 0, 365 * 86_400_000),
+    partitionWidthS: partitionWidthS(read),
     // skipped rows are the audit record of an operator's decision: kept a month, not a day
     retainSkippedMs: read.int('OUTBOX_RETAIN_SKIPPED_MS', 30 * 86_400_000, 0, 3_650 * 86_400_000),
     idle: read.oneOf('OUTBOX_IDLE', ['exit', 'linger'] as const, 'exit'),
@@ -245,6 +246,26 @@ function outboxConfig(read: EnvReader, prepare: boolean): Config['outbox'] {
     wake: prepare ? 'notify' : 'poll',
     pollMs: read.int('OUTBOX_POLL_MS', 250, 10, 60_000),
   };
+}
+
+const WIDTH_UNITS: Record<string, number> = { hour: 3_600, day: 86_400, week: 604_800 };
+
+/**
+ * OUTBOX_PARTITION_WIDTH (what `migrate` reads: docs/schema.md, "Partitioned outboxes"): `N hour(s)`,
+ * `N day(s)` or `N week(s)`, in seconds. Fixed lengths only (a month is not one: partitions are
+ * whole widths counted from the epoch), from 1 hour (each partition is a table every claim scans
+ * the claim index of) to 52 weeks. Unset: plain tables.
+ */
+function partitionWidthS(read: EnvReader): number | undefined {
+  const raw = read.str('OUTBOX_PARTITION_WIDTH');
+  if (raw === undefined) return undefined;
+  const m = /^(\d+)\s*(hour|day|week)s?$/i.exec(raw);
+  const seconds = m ? Number(m[1]) * WIDTH_UNITS[m[2]!.toLowerCase()]! : NaN;
+  if (!(seconds >= 3_600 && seconds <= 52 * 604_800)) {
+    read.problems.push(`OUTBOX_PARTITION_WIDTH=${JSON.stringify(raw)} is not a partition width: expected N hours, N days or N weeks (e.g. "1 day", "6 hours"), from 1 hour to 52 weeks (unset: plain tables)`);
+    return undefined;
+  }
+  return seconds;
 }
 
 /** OUTBOX_FANOUT_MAX: 1 (the default) is off; the function's reserved concurrency must allow N (serverless.yml checks it). */

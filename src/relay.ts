@@ -16,6 +16,7 @@ import { CommitChain } from './loop/commit-chain.ts';
 import { Idle } from './loop/idle.ts';
 import { NextClaim, type Batch } from './loop/next-claim.ts';
 import { publishBatch } from './loop/publish-batch.ts';
+import { maintainPartitions } from './loop/partitions.ts';
 import { Retention } from './loop/retention.ts';
 import type { BatchTransaction, ClaimedRow, PublishOutcome, Publisher, Store } from './loop/ports.ts';
 import { finish, newSummary, timed, type StopReason, type Summary } from './loop/summary.ts';
@@ -37,8 +38,12 @@ export interface RelayDeps {
 export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promise<Summary> {
   const invocation = new Invocation(deps, deadline);
   await invocation.checkTables();
+  // a partitioned outbox made by migrate: its partitions made ahead, the old ones dropped, before
+  // the first claim (never fails the invocation); its sent table is then not pruned by rows
+  await maintainPartitions(deps.store, deps.config.retainSentMs, deps.logger, deadline);
   // retention runs alongside the loop for the whole invocation (see loop/retention.ts)
-  const { retainSentMs, retainSkippedMs } = deps.config;
+  const { retainSkippedMs } = deps.config;
+  const retainSentMs = deps.store.partitionsMaintained ? 0 : deps.config.retainSentMs;
   const windows = { sentMs: retainSentMs, skippedMs: retainSkippedMs };
   const retains = retainSentMs > 0 || retainSkippedMs > 0;
   const retention = retains ? new Retention(deps.store, windows, deps.logger) : undefined;

@@ -83,7 +83,7 @@ const SPECS: Spec[] = [
     name: 'migrate',
     synopsis: '',
     summary: 'create or upgrade the outbox table (idempotent)',
-    about: 'Creates or upgrades the outbox table and its sent table: applies the migrations not yet recorded for OUTBOX_TABLE (idempotent; safe when several run at once). Prints what it applied, as JSON.',
+    about: 'Creates or upgrades the outbox table and its sent table: applies the migrations not yet recorded for OUTBOX_TABLE (idempotent; safe when several run at once). With OUTBOX_PARTITION_WIDTH (e.g. "1 day") it creates them partitioned by time, with their maintenance function, which it calls (docs/schema.md, "Partitioned outboxes"). Prints what it applied, as JSON.',
     options: [],
     build: () => ({ name: 'migrate' }),
   },

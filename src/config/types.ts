@@ -69,6 +69,8 @@ export interface Config {
     sentRows: 'keep' | 'delete';
     /** delete sent rows older than this many ms, alongside the loop; 0 = never */
     retainSentMs: number;
+    /** OUTBOX_PARTITION_WIDTH in seconds: `migrate` creates the outbox and its sent table partitioned by time; undefined = plain tables */
+    partitionWidthS?: number;
     /** delete rows an operator skipped longer ago than this many ms (their audit record goes with them); 0 = never */
     retainSkippedMs: number;
     /**

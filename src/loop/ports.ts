@@ -13,6 +13,13 @@ import type { Failure } from './settlement.ts';
  */
 export type PruneTarget = 'sent' | 'skipped';
 
+/** What one call of a partitioned outbox's maintenance did (src/outbox/partitioned.sql): partitions made, dropped, and left for the next call. */
+export interface PartitionMaintenance {
+  created: number;
+  dropped: number;
+  busy: number;
+}
+
 export interface ClaimedRow extends OutboxRow {
   /** false: an earlier unsent row of its aggregate is outside this claim, so this one is held back (G4) */
   publishable: boolean;
@@ -96,6 +103,15 @@ export interface Store {
    * the invocation logs (an UNLOGGED outbox), given once per client.
    */
   checkTables(deadline: Deadline): Promise<readonly string[]>;
+  /**
+   * Known once checkTables() resolved: the outbox and its sent table are partitioned by `migrate`,
+   * with its maintenance function, which this role may call (docs/schema.md, "Partitioned
+   * outboxes"). Then maintainPartitions() makes their partitions and drops the old ones, and the
+   * sent table is not pruned by rows. Absent: plain tables (the model's stores).
+   */
+  readonly partitionsMaintained?: boolean;
+  /** One call of the maintenance function; `retainSentMs` null drops no sent partition. */
+  maintainPartitions?(retainSentMs: number | null, deadline: Deadline): Promise<PartitionMaintenance>;
   /** One retention chunk (see OutboxStore.pruneChunk): rows deleted, fewer than `limit` when none older is left. */
   pruneChunk(what: PruneTarget, retainMs: number, limit: number, deadline: Deadline): Promise<number>;
 }

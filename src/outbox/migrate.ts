@@ -1,9 +1,13 @@
 // Numbered .sql migrations, applied once per target table and recorded. Safe when several run
-// at once: the whole run holds a transaction-scoped advisory lock.
+// at once: the whole run holds a transaction-scoped advisory lock. With a partition width
+// (OUTBOX_PARTITION_WIDTH), partitioned.sql first makes the tables partitioned, and the migrations
+// are rendered for that kind of table (render(): one statement differs); docs/schema.md,
+// "Partitioned outboxes".
 import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Sql } from 'postgres';
+import type { Sql, TransactionSql } from 'postgres';
+import type { PartitionMaintenance } from '../loop/ports.ts';
 import { derivedName, derivedUniqueName, displayName, notifyChannel, qualified, quoteIdent, quoteLiteral, sentTable, type TableName } from './identifier.ts';
 
 export interface Migration {
@@ -24,7 +28,45 @@ export function loadMigrations(dir = join(here, 'migrations')): Migration[] {
     .map((f) => ({ version: Number(f.split('_')[0]), name: f, sql: readFileSync(join(dir, f), 'utf8') }));
 }
 
-export function render(sqlText: string, table: TableName): string {
+/**
+ * What render() needs to know of the tables beyond their names: which of them are partitioned
+ * (pg_class.relkind 'p'), and the partition width (partitioned.sql). Left out: plain tables, the
+ * migrations exactly as written.
+ */
+export interface RenderShape {
+  outboxPartitioned?: boolean;
+  sentPartitioned?: boolean;
+  /** OUTBOX_PARTITION_WIDTH in seconds, for partitioned.sql's {{partition_width_s}} */
+  partitionWidthS?: number;
+}
+
+/**
+ * The one statement of the migrations a partitioned table refuses: `ALTER TABLE {{table}} SET (...)`
+ * (storage options are a partition's, not its parent's: "unrecognized parameter"). For a
+ * partitioned table it is rewritten to set the same options on each of its partitions (the leaves
+ * of pg_partition_tree, the DEFAULT one among them, whose options the maintenance function gives
+ * every partition it makes later). Nothing else of the text changes (test/unit/migrate.test.ts).
+ */
+const STORAGE_STATEMENT = /^ALTER TABLE \{\{(table|sent_table)\}\} SET \(([^;]*)\);$/gm;
+
+function onPartitions(placeholder: string, options: string): string {
+  const statement = quoteLiteral(`ALTER TABLE %s SET (${options.trim().replace(/\s+/g, ' ')})`);
+  return `DO $storage$
+DECLARE
+  p regclass;
+BEGIN
+  FOR p IN SELECT relid FROM pg_catalog.pg_partition_tree({{${placeholder}_literal}}::regclass) WHERE isleaf LOOP
+    EXECUTE pg_catalog.format(${statement}, p);
+  END LOOP;
+END
+$storage$;`;
+}
+
+export function render(sqlText: string, table: TableName, shape: RenderShape = {}): string {
+  if (shape.outboxPartitioned || shape.sentPartitioned) {
+    sqlText = sqlText.replace(STORAGE_STATEMENT, (statement, which: string, options: string) =>
+      (which === 'table' ? shape.outboxPartitioned : shape.sentPartitioned) ? onPartitions(which, options) : statement);
+  }
   const names: Record<string, string> = {
     table: qualified(table),
     schema: table.schema ? quoteIdent(table.schema) : 'public',
@@ -53,9 +95,14 @@ export function render(sqlText: string, table: TableName): string {
     channel: quoteLiteral(notifyChannel(table)),
     sent_table: qualified(sentTable(table)),
     idx_sent_table: derivedName(sentTable(table), 'sent_at_idx'),
+    // partitioned.sql's
+    table_default: inSchema(table, derivedName(table, 'default')),
+    sent_default: inSchema(table, derivedName(sentTable(table), 'default')),
+    partitions_fn: inSchema(table, derivedUniqueName(table, 'partitions')),
+    ...(shape.partitionWidthS === undefined ? {} : { partition_width_s: String(shape.partitionWidthS) }),
   };
   // the same names as string literals, for statements that build SQL (the ALTER FUNCTION of the search_path)
-  for (const key of ['table', 'notify_fn', 'unwait_fn']) names[`${key}_literal`] = quoteLiteral(names[key]!);
+  for (const key of ['table', 'sent_table', 'notify_fn', 'unwait_fn', 'partitions_fn']) names[`${key}_literal`] = quoteLiteral(names[key]!);
   return sqlText.replace(/\{\{(\w+)\}\}/g, (_, key: string) => {
     const v = names[key];
     if (v === undefined) throw new Error(`unknown migration placeholder {{${key}}}`);
@@ -68,13 +115,27 @@ function inSchema(table: TableName, name: string): string {
   return table.schema ? `${quoteIdent(table.schema)}.${name}` : name;
 }
 
+/** partitioned.sql (docs/schema.md, "Partitioned outboxes"), or embedded by the bundler as the migrations are. */
+export function loadPartitionedSql(file = join(here, 'partitioned.sql')): string {
+  return (globalThis as { __OUTBOX_PARTITIONED_SQL__?: string }).__OUTBOX_PARTITIONED_SQL__ ?? readFileSync(file, 'utf8');
+}
+
+export interface MigrateOptions {
+  /** OUTBOX_PARTITION_WIDTH in seconds: create the outbox and its sent table partitioned by time */
+  partitionWidthS?: number;
+}
+
+export type { PartitionMaintenance };
+
 export interface MigrateResult {
   table: string;
   applied: number[];
   alreadyApplied: number[];
+  /** the outbox is partitioned by time, with migrate's maintenance function: what its call here did */
+  partitions?: PartitionMaintenance;
 }
 
-export async function migrate(sql: Sql, table: TableName, migrations = loadMigrations()): Promise<MigrateResult> {
+export async function migrate(sql: Sql, table: TableName, migrations = loadMigrations(), options: MigrateOptions = {}): Promise<MigrateResult> {
   const target = displayName(table);
   return sql.begin(async (tx) => {
     // one migrator at a time, across every process and table
@@ -90,17 +151,46 @@ export async function migrate(sql: Sql, table: TableName, migrations = loadMigra
       )`;
     const done = new Set((await tx<{ version: number }[]>`SELECT version FROM outbox_relay_migrations WHERE target = ${target}`).map((r) => r.version));
     const result: MigrateResult = { table: target, applied: [], alreadyApplied: [] };
+    let shape = await tableShape(tx, table);
+    if (options.partitionWidthS !== undefined) {
+      // only a table it creates: turning a plain table's rows into partitions is a copy of every row
+      const plain = [shape.outbox === 'r' ? qualified(table) : undefined, shape.sent === 'r' ? qualified(sentTable(table)) : undefined].filter(Boolean);
+      if (plain.length) {
+        throw new Error(
+          `OUTBOX_PARTITION_WIDTH is set and ${plain.join(' and ')} ${plain.length === 1 ? 'is a plain table' : 'are plain tables'}: ` +
+            'migrate makes an outbox partitioned only when it creates it (docs/schema.md, "Partitioned outboxes"). Unset OUTBOX_PARTITION_WIDTH, or migrate into a new OUTBOX_TABLE',
+        );
+      }
+      await tx.unsafe(render(loadPartitionedSql(), table, { partitionWidthS: options.partitionWidthS }));
+      shape = await tableShape(tx, table);
+    }
     for (const m of migrations) {
       if (done.has(m.version)) {
         result.alreadyApplied.push(m.version);
         continue;
       }
-      await tx.unsafe(render(m.sql, table));
+      await tx.unsafe(render(m.sql, table, { outboxPartitioned: shape.outbox === 'p', sentPartitioned: shape.sent === 'p' }));
       await tx`INSERT INTO outbox_relay_migrations (target, version, name) VALUES (${target}, ${m.version}, ${m.name})`;
       result.applied.push(m.version);
     }
+    if (shape.maintained) {
+      // the partitions ahead (and the outbox's old empty ones dropped); the sent table's are retention's
+      const [row] = await tx.unsafe<{ done: string }[]>(`SELECT ${render('{{partitions_fn}}', table)}(NULL)::text AS done`);
+      result.partitions = JSON.parse(row!.done) as PartitionMaintenance;
+    }
     return result;
   });
+}
+
+/** The outbox's and the sent table's relkind (undefined: missing), and whether migrate's maintenance function exists. */
+async function tableShape(tx: TransactionSql, table: TableName): Promise<{ outbox?: string; sent?: string; maintained: boolean }> {
+  const [row] = await tx.unsafe<{ outbox: string | null; sent: string | null; maintained: boolean }[]>(
+    `SELECT (SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)) AS outbox,
+            (SELECT relkind::text FROM pg_class WHERE oid = to_regclass($2)) AS sent,
+            to_regprocedure($3) IS NOT NULL AS maintained`,
+    [qualified(table), qualified(sentTable(table)), `${render('{{partitions_fn}}', table)}(bigint)`],
+  );
+  return { outbox: row?.outbox ?? undefined, sent: row?.sent ?? undefined, maintained: row?.maintained ?? false };
 }
 
 /**
@@ -111,7 +201,7 @@ export async function migrate(sql: Sql, table: TableName, migrations = loadMigra
 export async function dropOutbox(sql: Sql, table: TableName): Promise<void> {
   await sql.begin(async (tx) => {
     await tx.unsafe(`DROP TABLE IF EXISTS ${qualified(table)}, ${qualified(sentTable(table))}`);
-    await tx.unsafe(`DROP FUNCTION IF EXISTS ${render('{{notify_fn}}', table)}(), ${render('{{unwait_fn}}', table)}()`);
+    await tx.unsafe(`DROP FUNCTION IF EXISTS ${render('{{notify_fn}}', table)}(), ${render('{{unwait_fn}}', table)}(), ${render('{{partitions_fn}}', table)}(bigint)`);
     await tx`DELETE FROM outbox_relay_migrations WHERE target = ${displayName(table)}`;
   });
 }

@@ -43,6 +43,8 @@ export const RELAY_COLUMNS = {
  *   is known only as this statement runs: query_to_xml runs its SELECT, only in that case (CASE),
  *   and its XML is read with a regular expression (xpath needs a server built with libxml).
  * `target` is the outbox's name as migrate() records it (displayName: the identifiers, unquoted).
+ * $4 is the signature of a partitioned outbox's maintenance function (partitioned.sql), looked up
+ * like the tables (to_regprocedure: NULL when missing) with whether this role may EXECUTE it.
  * What each table is comes from the catalogs (shape()), readable whatever the role's privileges.
  */
 export function schemaCheckSql(): string {
@@ -69,7 +71,8 @@ rel AS MATERIALIZED (
   SELECT u.*,
          CASE WHEN u.schema_usage THEN to_regclass($1) END AS outbox,
          CASE WHEN u.schema_usage THEN to_regclass($2) END AS sent,
-         to_regclass('outbox_relay_migrations') AS migrations
+         to_regclass('outbox_relay_migrations') AS migrations,
+         CASE WHEN u.schema_usage THEN to_regprocedure($4) END AS partitions_fn
   FROM usable u
 )
 SELECT current_user AS role, quote_ident(current_user) AS role_ident,
@@ -94,6 +97,9 @@ SELECT current_user AS role, quote_ident(current_user) AS role_ident,
          SELECT c FROM unnest($3::text[]) c WHERE NOT EXISTS (
            SELECT FROM pg_attribute a WHERE a.attrelid = r.outbox AND a.attname = c AND a.attnum > 0
              AND NOT a.attisdropped AND has_column_privilege(r.outbox, a.attnum, 'SELECT')))) END AS unreadable_columns,
+       -- migrate's partition maintenance function (partitioned.sql), and whether this role may call it
+       r.partitions_fn IS NOT NULL AS partitions_fn,
+       has_function_privilege(r.partitions_fn, 'EXECUTE') AS partitions_fn_execute,
        r.migrations::text AS migrations_table,
        has_table_privilege(r.migrations, 'SELECT') AS migrations_readable,
        -- json: the relay's client parses no array type (src/outbox/client.ts)
@@ -179,6 +185,10 @@ interface SchemaFactsBase {
   checked_columns: string[] | null;
   /** of the columns the settings read (schemaCheckSql's $3: settingColumns in src/domain.ts), those the outbox lacks or the role may not read; null when the outbox is missing */
   unreadable_columns: string[] | null;
+  /** the partition maintenance function ($4, partitioned.sql) exists: the outbox was made partitioned by `migrate` (absent in rows built by hand) */
+  partitions_fn?: boolean;
+  /** this role may EXECUTE it (null when it does not exist) */
+  partitions_fn_execute?: boolean | null;
   /** outbox_relay_migrations as the role's search_path finds it, or null */
   migrations_table: string | null;
   migrations_readable: boolean | null;
@@ -325,12 +335,22 @@ export function schemaProblems(f: SchemaFacts, needs: SchemaNeeds): string[] {
 }
 
 /** What no refusal needs to stop, said by the invocation (OutboxStore.checkTables returns it to log). Pure. */
-export function schemaWarnings(f: SchemaFacts, needs: Pick<SchemaNeeds, 'table'>): string[] {
-  if (f.outbox_persistence !== 'u') return [];
-  return [
-    `the outbox table ${needs.table} is UNLOGGED: a crash of the database empties it, with every row not yet relayed (nor is it on a replica, so a failover loses them too). ` +
-      `ALTER TABLE ${needs.table} SET LOGGED`,
-  ];
+export function schemaWarnings(f: SchemaFacts, needs: Pick<SchemaNeeds, 'table'> & { partitionsFn?: string }): string[] {
+  const warnings: string[] = [];
+  if (f.outbox_persistence === 'u') {
+    warnings.push(
+      `the outbox table ${needs.table} is UNLOGGED: a crash of the database empties it, with every row not yet relayed (nor is it on a replica, so a failover loses them too). ` +
+        `ALTER TABLE ${needs.table} SET LOGGED`,
+    );
+  }
+  if (f.partitions_fn && f.partitions_fn_execute === false) {
+    warnings.push(
+      `the outbox table ${needs.table} is partitioned by \`outbox-relay migrate\`, and the database role ${f.role} may not EXECUTE its partition maintenance function: ` +
+        'the relay makes no partition ahead (rows go to the DEFAULT partition once those made by migrate have passed) and prunes the sent table row by row instead of dropping its old partitions. ' +
+        `GRANT EXECUTE ON FUNCTION ${needs.partitionsFn ?? 'the maintenance function'} TO ${f.role_ident} (docs/schema.md, "Partitioned outboxes")`,
+    );
+  }
+  return warnings;
 }
 
 const KINDS: Record<string, string> = {
@@ -507,7 +527,7 @@ function list(items: string[], conjunction: string): string {
  * `facts` undefined: the statement returned no row, which it always does; treated as a failure to
  * check, retriable.
  */
-export function assertSchema(facts: SchemaFacts | undefined, needs: Omit<SchemaNeeds, 'migrations'> & { migrations?: SchemaNeeds['migrations'] }): string[] {
+export function assertSchema(facts: SchemaFacts | undefined, needs: Omit<SchemaNeeds, 'migrations'> & { migrations?: SchemaNeeds['migrations']; partitionsFn?: string }): string[] {
   if (!facts) throw new DatabaseError(`checking the outbox table ${needs.table} returned nothing`);
   const err = schemaError(schemaProblems(facts, { ...needs, migrations: needs.migrations ?? loadMigrations() }), needs.table);
   if (err) throw err;

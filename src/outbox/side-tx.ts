@@ -5,6 +5,7 @@ import { BatchTimer, BUDGET, type Deadline } from '../budget.ts';
 import type { PruneTarget } from '../loop/ports.ts';
 import { BatchTx, MARK_WAITING_CHUNK, type BatchStatements } from './batch-tx.ts';
 import type { Connections } from './connections.ts';
+import type { PartitionMaintenance } from './migrate.ts';
 import { txSettings } from './tx-settings.ts';
 
 /** The statements of the side transactions (OutboxStore's). */
@@ -29,6 +30,16 @@ export class SideTransactions {
     // lock_timeout as long as the statement's: a sent row nothing else locks
     type Pruned = { affected: string };
     return this.run(deadline, doing, undefined, async (tx) => Number((await tx.query<Pruned[]>(doing, text, [retainMs, limit]))[0]?.affected ?? 0));
+  }
+
+  /**
+   * The partition maintenance function (partitioned.sql), one call in a transaction of its own:
+   * what it made, dropped and left for the next call. Its locks wait at most its own lock_timeout.
+   */
+  maintainPartitions(text: string, retainSentMs: number | null, deadline: Deadline): Promise<PartitionMaintenance> {
+    const doing = 'maintaining the partitions';
+    type Done = { done: string };
+    return this.run(deadline, doing, undefined, async (tx) => JSON.parse((await tx.query<Done[]>(doing, text, [retainSentMs]))[0]!.done) as PartitionMaintenance);
   }
 
   /**

@@ -185,6 +185,15 @@ gone AS (DELETE FROM ${t} o USING due d WHERE o.tableoid = d.rel AND o.ctid = d.
 ${exactly('(SELECT count(*) FROM due)', ['retention deleted', 'gone', 'skipped rows'])}`;
 }
 
+/**
+ * The partition maintenance function of a partitioned outbox made by migrate (partitioned.sql, `fn`
+ * its quoted name): $1 the sent rows' retention in ms, NULL to drop no sent partition. Its JSON
+ * answer as text (the relay's client parses no jsonb it does not need to).
+ */
+export function maintainPartitionsSql(fn: string): string {
+  return `SELECT ${fn}($1::bigint)::text AS done`;
+}
+
 export function statusSql(t: string): string {
   return `
 SELECT coalesce(topic, '') AS topic_override, aggregatetype,

@@ -16,6 +16,7 @@ import { BatchTx, type BatchStatements } from './batch-tx.ts';
 import { Connections } from './connections.ts';
 import { notifyChannel, qualified, sentTable, type TableName } from './identifier.ts';
 import { watchInserts } from './listen.ts';
+import { render, type PartitionMaintenance } from './migrate.ts';
 import { assertSchema, schemaCheckSql, type SchemaFacts } from './schema-check.ts';
 import { SideTransactions, type SideStatements } from './side-tx.ts';
 import * as q from './sql.ts';
@@ -66,6 +67,11 @@ export class OutboxStore implements Store, BatchStatements, SideStatements {
   private readonly newestText: string;
   /** checkTables() found the sent table writable (once per client) */
   private tablesChecked = false;
+  /** the partition maintenance function's signature (partitioned.sql), as the schema check looks it up */
+  private readonly partitionsFn: string;
+  private readonly maintainText: string;
+  /** checkTables() found migrate's partition maintenance function, and the role may call it (Store.partitionsMaintained) */
+  partitionsMaintained = false;
   private readonly client: Connections;
   private readonly side: SideTransactions;
 
@@ -94,6 +100,8 @@ export class OutboxStore implements Store, BatchStatements, SideStatements {
     this.unwaitText = q.unwaitSql(this.table, policy);
     this.waitingWorkText = q.waitingWorkSql(this.table, policy);
     this.channel = notifyChannel(table);
+    this.partitionsFn = `${render('{{partitions_fn}}', table)}(bigint)`;
+    this.maintainText = q.maintainPartitionsSql(render('{{partitions_fn}}', table));
     this.client = new Connections(sql);
     this.side = new SideTransactions(this.client, this);
   }
@@ -159,15 +167,21 @@ export class OutboxStore implements Store, BatchStatements, SideStatements {
     const [facts] = await this.client.bounded(
       deadline,
       what,
-      this.sql.unsafe<SchemaFacts[]>(schemaCheckSql(), [this.table, this.sentTable, [...this.settingColumns]]),
+      this.sql.unsafe<SchemaFacts[]>(schemaCheckSql(), [this.table, this.sentTable, [...this.settingColumns], this.partitionsFn]),
     );
-    const warnings = assertSchema(facts, { table: this.table, sentTable: this.sentTable, sentRows: this.sentRows });
+    const warnings = assertSchema(facts, { table: this.table, sentTable: this.sentTable, sentRows: this.sentRows, partitionsFn: this.partitionsFn });
+    this.partitionsMaintained = facts!.partitions_fn === true && facts!.partitions_fn_execute === true;
     this.tablesChecked = true;
     return warnings;
   }
 
   pruneChunk(what: PruneTarget, retainMs: number, limit: number, deadline: Deadline): Promise<number> {
     return this.side.pruneChunk(what, retainMs, limit, deadline);
+  }
+
+  /** One call of the partition maintenance function (partitioned.sql); only once checkTables() set partitionsMaintained. */
+  maintainPartitions(retainSentMs: number | null, deadline: Deadline): Promise<PartitionMaintenance> {
+    return this.side.maintainPartitions(this.maintainText, retainSentMs, deadline);
   }
 
   clearStaleMarks(deadline: Deadline): Promise<{ cleared: number; blocked: boolean }> {

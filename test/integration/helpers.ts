@@ -99,11 +99,15 @@ export interface Fixture {
   topic(aggregatetype: string): string;
 }
 
-/** A migrated outbox table of its own and topics for the given aggregate types. */
-export async function fixture(sql: Sql, name: string, aggregatetypes: string[] = ['order'], partitions = 3): Promise<Fixture> {
+/**
+ * A migrated outbox table of its own and topics for the given aggregate types. `partitionWidthS`:
+ * migrate makes it partitioned by time (OUTBOX_PARTITION_WIDTH; test/integration/partitioned-outbox.test.ts),
+ * whatever TEST_OUTBOX_SHAPE says.
+ */
+export async function fixture(sql: Sql, name: string, aggregatetypes: string[] = ['order'], partitions = 3, { partitionWidthS }: { partitionWidthS?: number } = {}): Promise<Fixture> {
   const table = uniqueName(name);
   const prefix = `test.${table}`;
-  await migrate(sql, parseTableName(table));
+  await migrate(sql, parseTableName(table), undefined, { partitionWidthS });
   // Split at the database's clock now: every row a test inserts afterwards with created_at's
   // default (now(), its transaction's start) lands in the newer partition, so no test's rows are
   // split by timing (a split a few seconds ahead would put a test's rows in one partition or the
@@ -112,7 +116,7 @@ export async function fixture(sql: Sql, name: string, aggregatetypes: string[] =
   // hand: the UPDATE moves them there), at ctids the newer partition's rows have too. Every test
   // still relays through a partition's tableoid, with no primary key or unique seq behind it;
   // table-shapes.test.ts relays a table whose batches mix both partitions at the same ctids.
-  if (PARTITIONED) {
+  if (PARTITIONED && partitionWidthS === undefined) {
     const [row] = await sql<{ split: string }[]>`SELECT now()::text AS split`;
     await partitionByRange(sql, table, 'created_at', row!.split);
   }

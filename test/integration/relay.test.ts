@@ -27,7 +27,6 @@ import {
   insertEvents,
   isSorted,
   KAFKA_BROKERS,
-  PARTITIONED,
   PLAINTEXT_DB,
   runCli,
   sentTableOf,
@@ -476,21 +475,6 @@ describe('G5: the budget holds when the database hangs', () => {
   });
 });
 
-/**
- * `migrate` over a partitioned outbox whose migrations are not recorded (TEST_OUTBOX_SHAPE=partitioned):
- * the baseline's every statement may run again on a table made from the same SQL, but its
- * `ALTER TABLE … SET (autovacuum_…)` is refused on a partitioned table (storage options belong to
- * its partitions), and the baseline is never edited (docs/schema.md#migrations). So the repair by
- * `migrate` these tests end with is migrate's plain table's: on a partitioned one it fails, before
- * changing anything, and the rows stay pending. Pinned, so that a migrate that learns partitioned
- * tables turns this red: then drop the branch.
- */
-async function migrateRefusesPartitioned(env: Record<string, string>): Promise<void> {
-  const res = await runCli(['migrate'], env);
-  assert.notEqual(res.code, 0);
-  assert.match(res.stderr, /unrecognized parameter "autovacuum_vacuum_scale_factor"/);
-}
-
 describe('G8: clear failures', () => {
   it('a wrong database password: exit non-zero, names the cause, marks nothing', async () => {
     const f = await fixture(sql, 'badpw');
@@ -537,7 +521,6 @@ describe('G8: clear failures', () => {
     const [left] = await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${qualified(parseTableName(f.table))} WHERE sent_at IS NULL AND attempts = 0`);
     assert.equal(left!.n, 3, 'every row still pending, none charged');
 
-    if (PARTITIONED) return migrateRefusesPartitioned(f.env);
     assert.equal((await runCli(['migrate'], f.env)).code, 0);
     const s = await runCli(['invoke', '--timeout', '10000'], f.env);
     assert.equal(s.summary?.published, 3, s.stderr);
@@ -555,7 +538,6 @@ describe('G8: clear failures', () => {
       await assert.rejects(rt.invoke(10_000), /no migration of the outbox table .* is recorded/);
       await assert.rejects(rt.invoke(10_000), /no migration of the outbox table .* is recorded/, 'still failing: nothing was remembered as checked');
       assert.equal(await topicCount([f.topic('order')]), 0);
-      if (PARTITIONED) return await migrateRefusesPartitioned(f.env);
       assert.equal((await runCli(['migrate'], f.env)).code, 0);
       assert.equal((await rt.invoke(10_000)).published, 2);
       assert.deepEqual(await counts(sql, f.table), { total: 2, sent: 2, parked: 0, pending: 0 });

@@ -33,6 +33,21 @@ describe('loadConfig', () => {
     assert.equal(c.outbox.maxMessageBytes, undefined);
   });
 
+  it('OUTBOX_PARTITION_WIDTH: N hours, days or weeks, in seconds, from 1 hour to 52 weeks; unset: plain tables', () => {
+    const base = { DATABASE_URL: 'postgres://u:p@h:5432/d', KAFKA_BROKERS: 'k:9092' };
+    const width = (w?: string) => loadConfig(w === undefined ? base : { ...base, OUTBOX_PARTITION_WIDTH: w }).outbox.partitionWidthS;
+    assert.equal(width(), undefined);
+    assert.equal(width('  '), undefined);
+    assert.equal(width('1 day'), 86_400);
+    assert.equal(width('6 hours'), 21_600);
+    assert.equal(width('1 Hour'), 3_600);
+    assert.equal(width('2weeks'), 1_209_600);
+    assert.equal(width('52 weeks'), 52 * 604_800);
+    for (const bad of ['1 month', '30 minutes', '0 days', '53 weeks', '1.5 days', 'daily', '-1 day', '1 day 2 hours']) {
+      assert.throws(() => width(bad), new RegExp(`OUTBOX_PARTITION_WIDTH=${JSON.stringify(bad).replace(/[.+]/g, '\\$&')} is not a partition width: expected N hours, N days or N weeks`), bad);
+    }
+  });
+
   it('linger: a lingering invocation LISTENs, and polls with DATABASE_PREPARE=false (a pooler in between)', () => {
     const base = { DATABASE_URL: 'postgres://u:p@h:5432/d', KAFKA_BROKERS: 'k:9092' };
     assert.deepEqual(pick(loadConfig(base).outbox), { idle: 'exit', wake: 'notify', pollMs: 250 });

@@ -230,6 +230,16 @@ describe('schemaWarnings', () => {
     ]);
     assert.deepEqual(schemaWarnings(facts(), { table: '"outbox"' }), []);
   });
+
+  it('a partition maintenance function the role may not EXECUTE is no refusal but a warning, with the GRANT', () => {
+    const partitioned = { outbox_kind: 'p', sent_kind: 'p', partitions_fn: true } as const;
+    assert.deepEqual(problems({ ...partitioned, partitions_fn_execute: false }), []);
+    const [warning, ...more] = schemaWarnings(facts({ ...partitioned, partitions_fn_execute: false }), { table: '"outbox"', partitionsFn: '"outbox_partitions"(bigint)' });
+    assert.deepEqual(more, []);
+    assert.match(warning!, /may not EXECUTE its partition maintenance function: .* GRANT EXECUTE ON FUNCTION "outbox_partitions"\(bigint\) TO relay /);
+    assert.deepEqual(schemaWarnings(facts({ ...partitioned, partitions_fn_execute: true }), { table: '"outbox"' }), []);
+    assert.deepEqual(schemaWarnings(facts({ partitions_fn: false, partitions_fn_execute: null }), { table: '"outbox"' }), [], 'no function, nothing to say');
+  });
 });
 
 describe('assertSchema', () => {
