@@ -7,18 +7,23 @@
 // publisher is a fake whose outcome per publish call the scenario chooses; it records every ack
 // with the transaction of the batch it belongs to (G1) and checks every first publication against
 // the order the rows committed in (G4). A test-only trigger on the sent table notes the transaction
-// that moved each row there (World.addMarkLog).
+// that moved each row there (World.addMarkLog); under OUTBOX_SENT_ROWS=delete another, on the
+// outbox, notes the rows a relay deleted (World.createTable). Each run's table has the scenario's
+// shape (plain, partitioned by range or hash, with or without the application's columns named like
+// the statements' aliases) and its relays the scenario's settings (Shape, Settings).
 import { randomBytes } from 'node:crypto';
 import { appendFileSync } from 'node:fs';
 import postgres, { type ReservedSql, type Sql } from 'postgres';
 import { Deadline } from '../../src/budget.ts';
 import { loadConfig, type Config } from '../../src/config.ts';
-import type { OutboxRow, ParkedPolicy } from '../../src/domain.ts';
+import { claimColumns, CREATED_EPOCH, settingColumns, type ClaimColumn, type Metadata, type OutboxRow, type ParkedPolicy } from '../../src/domain.ts';
 import { BrokerUnavailableError, DatabaseError, MessageRejectedError, RelayError } from '../../src/errors.ts';
 import { toMessage, tooLarge } from '../../src/kafka/message.ts';
 import { createLogger } from '../../src/log.ts';
 import type { BatchTransaction, InsertWatch, NothingClaimable, OutboundMessage, PruneTarget, PublishOutcome, Publisher, Store } from '../../src/loop/ports.ts';
 import { retryParked, skipParked } from '../../src/outbox/admin.ts';
+import * as q from '../../src/outbox/sql.ts';
+import { partitionByRange } from '../integration/helpers.ts';
 import { parseTableName, qualified, sentTable, type TableName } from '../../src/outbox/identifier.ts';
 import { dropOutbox, migrate } from '../../src/outbox/migrate.ts';
 import { CLIENT_OPTIONS } from '../../src/outbox/client.ts';
@@ -41,10 +46,13 @@ export type AggType = 'order' | 'user';
 
 /** What a producer or an operator does; these may also run while invocations run (InvokeStep.side). */
 export type Action =
-  /** one producer transaction: insert n rows of the aggregate, commit */
-  | { kind: 'insert'; agg: Agg; type: AggType; n: number }
-  /** insert n rows in producer transaction `tx` (opened if it is not), without committing */
-  | { kind: 'open'; tx: 0 | 1; agg: Agg; type: AggType; n: number }
+  /**
+   * one producer transaction: insert n rows of the aggregate, commit. `old`: with an explicit
+   * created_at a day back (the range shape's older partition, where ctids repeat the newer one's)
+   */
+  | { kind: 'insert'; agg: Agg; type: AggType; n: number; old?: true }
+  /** insert n rows in producer transaction `tx` (opened if it is not), without committing; `old` as for insert */
+  | { kind: 'open'; tx: 0 | 1; agg: Agg; type: AggType; n: number; old?: true }
   /** commit producer transaction `tx`, if open */
   | { kind: 'commit'; tx: 0 | 1 }
   /** the rows backing off (failed, not parked) become due now: time need not pass */
@@ -127,7 +135,52 @@ export interface InvokeStep {
 
 export type Step = Action | OperatorStep | InvokeStep;
 
+/**
+ * The outbox's shape, made by migrate and then rebuilt (its columns, defaults, identity, checks,
+ * non-unique indexes and triggers kept; no unique index, which a partitioned table's must include
+ * the key):
+ * - plain: as migrate makes it;
+ * - range: PARTITION BY RANGE (created_at), split a minute before the run's start: the producers'
+ *   rows land in the newer partition, those inserted `old` in the older, at the same ctids
+ *   (partitionByRange, test/integration/helpers.ts);
+ * - hash: PARTITION BY HASH (`column`) in `partitions` partitions (partitionByHash below): by
+ *   aggregateid an aggregate's rows share a partition and a batch spans several; by seq an
+ *   aggregate's rows are spread over them.
+ * The sent table stays plain.
+ */
+export type Shape = { kind: 'plain' } | { kind: 'range' } | { kind: 'hash'; column: 'aggregateid' | 'seq'; partitions: 2 | 3 };
+
+/**
+ * The relay's settings that change its statements or its messages (each reaches the code under the
+ * model: World.config's env, the store's options, the fake publisher's real toMessage):
+ * - sentRows: OUTBOX_SENT_ROWS, the mark's statement (moveSentSql or deleteSentSql);
+ * - key: OUTBOX_KEY_COLUMN, the message key toMessage makes (the claim and the marks do not change:
+ *   the order guard, the fake publisher's refusals and G4 are per aggregateid whatever the key);
+ * - placement: OUTBOX_ADDITIONAL_PLACEMENT: `default` (unset: type as a header), `none`, or one
+ *   column placed as the header x_placed: type (a row column), created_at or tid (an application's
+ *   column, with appColumns): the latter two are read by the claim (claimColumns' `placed`);
+ * - metadata: OUTBOX_METADATA: none, timestamp,seq (the claim reads created_epoch, the message gets
+ *   its timestamp and a seq header) or cloudevents (OUTBOX_CLOUDEVENTS_SOURCE=/model: created_epoch
+ *   read, the ce_ headers).
+ */
+export interface Settings {
+  sentRows: 'keep' | 'delete';
+  key: 'aggregateid' | 'id' | 'type';
+  placement: 'default' | 'none' | 'type' | 'created_at' | 'tid';
+  metadata: 'none' | 'timestamp,seq' | 'cloudevents';
+}
+
+/** the regressions' shape and settings (written before either was drawn) */
+export const PLAIN: Shape = { kind: 'plain' };
+export const DEFAULT_SETTINGS: Settings = { sentRows: 'keep', key: 'aggregateid', placement: 'default', metadata: 'none' };
+
 export interface Scenario {
+  /** the outbox's shape (default plain) */
+  shape?: Shape;
+  /** the outbox has a text column named like every alias and CTE of the relay's statements (appColumnNames) */
+  appColumns?: boolean;
+  /** default DEFAULT_SETTINGS */
+  settings?: Settings;
   /** the relay clients' pool size: the Runtime's 3 (two batch transactions and one for retention or the waiting marks), or 4 */
   poolMax: 3 | 4;
   batchSize: number;
@@ -151,9 +204,9 @@ function fmtOutcome(o: Outcome): string {
 function fmtAction(a: Action | OperatorStep): string {
   switch (a.kind) {
     case 'insert':
-      return `insert ${a.agg}×${a.n} (${a.type})`;
+      return `insert ${a.agg}×${a.n} (${a.type}${a.old ? ', created a day ago' : ''})`;
     case 'open':
-      return `tx${a.tx}: insert ${a.agg}×${a.n} (${a.type}), uncommitted`;
+      return `tx${a.tx}: insert ${a.agg}×${a.n} (${a.type}${a.old ? ', created a day ago' : ''}), uncommitted`;
     case 'commit':
       return `tx${a.tx}: commit`;
     case 'due':
@@ -183,9 +236,19 @@ export function fmtStep(s: Step): string {
   return `invoke ${invs}${faults.length ? `; faults: ${faults.join(', ')}` : ''}${side.length ? `; meanwhile: ${side.join(', ')}` : ''}`;
 }
 
+export function fmtShape(shape: Shape = PLAIN, appColumns = false): string {
+  const what = shape.kind === 'plain' ? 'plain' : shape.kind === 'range' ? 'partitioned by range (created_at), 2 partitions' : `partitioned by hash (${shape.column}), ${shape.partitions} partitions`;
+  return `${what}${appColumns ? ', with application columns named like the statements\' aliases' : ''}`;
+}
+
+export function fmtSettings(s: Settings = DEFAULT_SETTINGS): string {
+  return `OUTBOX_SENT_ROWS=${s.sentRows}, OUTBOX_KEY_COLUMN=${s.key}, placement ${s.placement === 'default' || s.placement === 'none' ? s.placement : `${s.placement}:header:x_placed`}, OUTBOX_METADATA=${s.metadata}`;
+}
+
 export function fmtScenario(sc: Scenario): string {
+  const table = `table ${fmtShape(sc.shape, sc.appColumns)}; ${fmtSettings(sc.settings)}`;
   const head = `pool ${sc.poolMax}, batch ${sc.batchSize}, max attempts ${sc.maxAttempts}, backoff ${sc.backoffBaseMs}ms, policy ${sc.policy}, final policy ${sc.finalPolicy}`;
-  return [head, ...sc.steps.map((s, i) => `  ${i + 1}. ${fmtStep(s)}`)].join('\n');
+  return [table, head, ...sc.steps.map((s, i) => `  ${i + 1}. ${fmtStep(s)}`)].join('\n');
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -308,7 +371,16 @@ class RelaySlot {
     this.policy = policy;
     // a batch bound of 100 bytes against payloads of 19, 39 and 59 (insertInto): a claim of three
     // rows from one insert is cut to two, so the cut is checked with every other mechanism
-    this.store = new OutboxStore(client, this.world.tableName, policy, { prepare: true, sentRows: 'keep', claimBytes: { batch: MODEL_BATCH_BYTES } });
+    // and the settings' statements: the mark of OUTBOX_SENT_ROWS, the columns the metadata and the
+    // placement make the claim read (as src/runtime.ts builds its store)
+    const metadata = this.world.metadata;
+    this.store = new OutboxStore(client, this.world.tableName, policy, {
+      prepare: true,
+      sentRows: this.world.settings.sentRows,
+      claimBytes: { batch: MODEL_BATCH_BYTES },
+      columns: claimColumns(metadata),
+      columnNames: settingColumns(metadata),
+    });
     return this.store;
   }
 
@@ -420,8 +492,9 @@ class ModelPublisher implements Publisher {
     private readonly atPublish: (call: number) => Promise<void>,
   ) {}
 
+  /** the real message of the row, under the run's settings (key, placement, metadata), as ProducerPublisher makes it */
   toMessage(row: OutboxRow, topicTemplate: string): OutboundMessage {
-    return toMessage(row, topicTemplate);
+    return toMessage(row, topicTemplate, this.world.metadata);
   }
 
   tooLarge(m: OutboundMessage, limitBytes: number): MessageRejectedError | undefined {
@@ -447,11 +520,12 @@ class ModelPublisher implements Publisher {
       outcome.unavailable = new BrokerUnavailableError('model: broker unavailable (connection refused)');
     } else if (o.kind === 'reject' || o.kind === 'rejectPermanent') {
       const bad = o.at % n;
-      const key = messages[bad]!.key;
+      const agg = messages[bad]!.aggregateid;
       for (const [j, m] of messages.entries()) {
         if (j === bad) outcome.rejected.push({ seq: m.seq, error: new MessageRejectedError('model: INVALID_RECORD', o.kind === 'rejectPermanent') });
-        // the later messages of its key stay pending, uncharged, as ProducerPublisher leaves them
-        else if (!(j > bad && m.key === key)) appended.push(m);
+        // the later messages of its aggregate, whatever their keys, stay pending, uncharged, as
+        // ProducerPublisher leaves them (its `blocked`; with the default key, the key's messages)
+        else if (!(j > bad && m.aggregateid === agg)) appended.push(m);
       }
     } else if (o.kind === 'backoff') {
       const topic = messages[o.at % n]!.topic;
@@ -488,6 +562,78 @@ class ModelPublisher implements Publisher {
   }
 }
 
+/** The settings as the relay's environment. */
+export function settingsEnv(s: Settings): Record<string, string> {
+  return {
+    OUTBOX_SENT_ROWS: s.sentRows,
+    ...(s.key === 'aggregateid' ? {} : { OUTBOX_KEY_COLUMN: s.key }),
+    ...(s.placement === 'default' ? {} : { OUTBOX_ADDITIONAL_PLACEMENT: s.placement === 'none' ? 'none' : `${s.placement}:header:x_placed` }),
+    ...(s.metadata === 'none' ? {} : { OUTBOX_METADATA: s.metadata }),
+    ...(s.metadata === 'cloudevents' ? { OUTBOX_CLOUDEVENTS_SOURCE: '/model' } : {}),
+  };
+}
+
+/**
+ * Rebuilds `table` (made by migrate) as a table partitioned by HASH (`key`) in `partitions`
+ * partitions (`${table}_h0`...), as partitionByRange (test/integration/helpers.ts) does by range:
+ * the same columns, defaults, identity and checks, the relay's non-unique indexes and triggers; no
+ * unique index (a partitioned table's must include the partition key).
+ */
+export async function partitionByHash(db: Sql, table: string, key: string, partitions: number): Promise<string[]> {
+  const t = qualified(parseTableName(table));
+  const old = `${table}_plain`;
+  const names = Array.from({ length: partitions }, (_, i) => `${table}_h${i}`);
+  await db.begin(async (x) => {
+    const indexes = await x.unsafe<{ def: string }[]>(
+      `SELECT pg_get_indexdef(i.indexrelid) AS def FROM pg_index i WHERE i.indrelid = $1::regclass AND NOT i.indisunique`, [t]);
+    const triggers = await x.unsafe<{ def: string }[]>(
+      `SELECT pg_get_triggerdef(oid) AS def FROM pg_trigger WHERE tgrelid = $1::regclass AND NOT tgisinternal`, [t]);
+    await x.unsafe(`ALTER TABLE ${t} RENAME TO "${old}"`);
+    await x.unsafe(`CREATE TABLE ${t} (LIKE "${old}" INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING GENERATED INCLUDING CONSTRAINTS) PARTITION BY HASH (${key})`);
+    for (const [i, name] of names.entries()) await x.unsafe(`CREATE TABLE "${name}" PARTITION OF ${t} FOR VALUES WITH (MODULUS ${partitions}, REMAINDER ${i})`);
+    const onOld = new RegExp(` ON (?:public\\.)?"?${old}"? `);
+    for (const { def } of indexes) {
+      const name = /INDEX (\S+) ON/.exec(def)![1]!;
+      await x.unsafe(`ALTER INDEX ${name} RENAME TO "${name.replaceAll('"', '')}_plain"`);
+      await x.unsafe(def.replace(onOld, ` ON ${t} `));
+    }
+    await x.unsafe(`DROP TABLE "${old}"`);
+    for (const { def } of triggers) await x.unsafe(def.replace(onOld, ` ON ${t} `));
+  });
+  return names;
+}
+
+/**
+ * Every alias and CTE name of the relay's statements (each statement of src/outbox/sql.ts, the
+ * claim with every fragment and every claim column, both marks), as test/integration/table-shapes
+ * .test.ts reads them from the texts: the application columns of the appColumns shapes, less the
+ * outbox's own columns.
+ */
+export function statementAliases(sql: Sql): string[] {
+  const name = parseTableName('mdl_aliases');
+  const t = qualified(name);
+  const columns: ClaimColumn[] = [CREATED_EPOCH, `json_build_object('created_at', left("created_at"::text, 1025)) AS placed`];
+  const store = (policy: ParkedPolicy, sentRows: 'keep' | 'delete') => new OutboxStore(sql, name, policy, { sentRows, columns });
+  const texts: string[] = [];
+  for (const policy of ['hold', 'skip'] as const) {
+    for (const sentRows of ['keep', 'delete'] as const) {
+      const st = store(policy, sentRows);
+      texts.push(st.claimStatement(10, { aggregates: ['x'], inFlight: ['1'], topics: ['y'], topicTemplate: 'z' }).text, st.markText,
+        st.unwaitText, st.markWaitingText, st.waitingWorkText, st.payloadsText, ...Object.values(st.pruneText));
+    }
+    texts.push(q.whyEmptySql(t, policy));
+  }
+  texts.push(q.recordFailuresSql(t), q.heldGapsSql(t), q.newestPendingSql(t), q.backlogSql(t), q.statusSql(t), q.parkedListSql(t),
+    q.operatorLookupSql(t, 'all-parked', true), q.operatorLookupSql(t, 'ids', false), q.parkedRetrySql(t), q.parkedSkipSql(t));
+  const names = new Set<string>();
+  const all = texts.join('\n');
+  for (const m of all.matchAll(/\b(?:AS|AS NOT MATERIALIZED|AS MATERIALIZED)\s+\(?"?([a-z_][a-z0-9_]*)"?/gi)) names.add(m[1]!.toLowerCase());
+  for (const m of all.matchAll(/\b([a-z_][a-z0-9_]*)\s+AS\s+(?:NOT\s+)?(?:MATERIALIZED\s+)?\(/gi)) names.add(m[1]!.toLowerCase());
+  for (const m of all.matchAll(/\bAS\s+[a-z_]+\(([a-z_, ]+)\)/gi)) for (const c of m[1]!.split(',')) names.add(c.trim());
+  for (const n of ['materialized', 'not']) names.delete(n);
+  return [...names].sort();
+}
+
 export interface WorldOptions {
   sql: Sql;
   admin: Sql;
@@ -516,6 +662,11 @@ export class World {
   private readonly ackedTo = new Map<number, Set<string>>();
   /** the test-only table where a trigger notes which transaction moved each row to the sent table */
   readonly markLog: string;
+  /** OUTBOX_SENT_ROWS=delete: the test-only table where a trigger notes each row a relay deleted from the outbox, and the transaction */
+  readonly deleteLog: string;
+  readonly settings: Settings;
+  /** the configuration's, from the settings (loadConfig): the store's claim columns and the publisher's messages */
+  readonly metadata: Metadata;
   /** ids by their first publication, the first time the broker appended them (G4) */
   private readonly firstAck = new Map<string, number>();
   private readonly deleted = new Set<string>();
@@ -546,6 +697,8 @@ export class World {
     this.t = qualified(this.tableName);
     this.sentT = qualified(sentTable(this.tableName));
     this.markLog = qualified(parseTableName(`${this.tableName.name}_marks`));
+    this.deleteLog = qualified(parseTableName(`${this.tableName.name}_deletes`));
+    this.settings = sc.settings ?? DEFAULT_SETTINGS;
     this.policy = sc.policy;
     this.slots = [0, 1, 2].map((i) => new RelaySlot(i, this));
     this.config = (policy) =>
@@ -558,7 +711,9 @@ export class World {
         OUTBOX_BACKOFF_BASE_MS: String(sc.backoffBaseMs),
         OUTBOX_BACKOFF_MAX_MS: String(sc.backoffBaseMs * 4),
         OUTBOX_PARKED_POLICY: policy,
+        ...settingsEnv(this.settings),
       }).outbox;
+    this.metadata = this.config(sc.policy).metadata;
   }
 
   // --- bookkeeping --------------------------------------------------------------------------
@@ -628,6 +783,51 @@ export class World {
   private async dropMarkLog(): Promise<void> {
     await this.sql.unsafe(`DROP TABLE IF EXISTS ${this.markLog}`);
     await this.sql.unsafe(`DROP FUNCTION IF EXISTS ${qualified(parseTableName(`${this.tableName.name}_note_mark`))}()`);
+    await this.sql.unsafe(`DROP TABLE IF EXISTS ${this.deleteLog}`);
+    await this.sql.unsafe(`DROP FUNCTION IF EXISTS ${qualified(parseTableName(`${this.tableName.name}_note_delete`))}()`);
+  }
+
+  /**
+   * The run's outbox: migrate's, with the application's columns (appColumns) and rebuilt in its
+   * shape. Under OUTBOX_SENT_ROWS=delete, a test-only trigger notes every row a relay client
+   * (its application_name) deletes from the outbox, unless skipped (retention's), with its
+   * transaction: the rows sent, for G1 and G2 as the mark log is under keep.
+   */
+  private async createTable(): Promise<void> {
+    await migrate(this.sql, this.tableName);
+    const shape = this.sc.shape ?? PLAIN;
+    if (this.sc.appColumns) {
+      const own = new Set((await this.sql.unsafe<{ attname: string }[]>(`SELECT attname::text FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0`, [this.t])).map((c) => c.attname));
+      const added = statementAliases(this.sql).filter((c) => !own.has(c));
+      for (const required of ['tid', 'rel', 'first_gap', 'publishable', 'created_epoch', 'placed']) if (!added.includes(required)) throw new Error(`the alias ${required} not among ${added.join(', ')}`);
+      await this.sql.unsafe(`ALTER TABLE ${this.t} ${added.map((c) => `ADD COLUMN "${c}" text DEFAULT 'the application''s'`).join(', ')}`);
+      this.log(`application columns: ${added.join(', ')}`);
+    }
+    if (shape.kind === 'range') {
+      const [row] = await this.sql<{ split: string }[]>`SELECT (now() - interval '1 minute')::text AS split`;
+      await partitionByRange(this.sql, this.tableName.name, 'created_at', row!.split);
+    } else if (shape.kind === 'hash') {
+      await partitionByHash(this.sql, this.tableName.name, shape.column, shape.partitions);
+    }
+    if (this.settings.sentRows === 'delete') {
+      const fn = qualified(parseTableName(`${this.tableName.name}_note_delete`));
+      await this.sql.unsafe(`CREATE TABLE ${this.deleteLog} (id uuid NOT NULL, seq bigint NOT NULL, xid text NOT NULL)`);
+      await this.sql.unsafe(`CREATE FUNCTION ${fn}() RETURNS trigger LANGUAGE plpgsql AS $f$
+        BEGIN
+          IF current_setting('application_name') LIKE '${this.tableName.name}\\_r%' AND OLD.skipped_at IS NULL THEN
+            INSERT INTO ${this.deleteLog} VALUES (OLD.id, OLD.seq, (txid_current() % 4294967296)::text);
+          END IF;
+          RETURN OLD;
+        END $f$`);
+      await this.sql.unsafe(`CREATE TRIGGER note_delete AFTER DELETE ON ${this.t} FOR EACH ROW EXECUTE FUNCTION ${fn}()`);
+    }
+  }
+
+  /** The rows sent (a relay marked them), with the transaction that marked each: the sent table's (keep), the delete log's (delete). */
+  private sentRowsSql(): string {
+    return this.settings.sentRows === 'delete'
+      ? `SELECT d.id::text AS id, d.xid FROM ${this.deleteLog} d`
+      : `SELECT s.id::text AS id, (SELECT max(m.xid) FROM ${this.markLog} m WHERE m.seq = s.seq) AS xid FROM ${this.sentT} s WHERE s.aggregatetype <> '${OLD_SENT}'`;
   }
 
   /** A batch of more than one row holds at most MODEL_BATCH_BYTES of payload (the claim's byte cut). */
@@ -664,7 +864,7 @@ export class World {
         )
       ).map((r) => [r.id, r]),
     );
-    const inSent = new Set((await this.sql.unsafe<{ id: string }[]>(`SELECT id::text FROM ${this.sentT} WHERE id = ANY($1::uuid[])`, [ids])).map((r) => r.id));
+    const inSent = new Set((await this.sql.unsafe<{ id: string }[]>(`SELECT id FROM (${this.sentRowsSql()}) s WHERE id = ANY($1::text[])`, [ids])).map((r) => r.id));
     for (const { row, before } of suspects) {
       for (const r1 of before) {
         const s = inOutbox.get(r1.id);
@@ -693,12 +893,14 @@ export class World {
     return tx;
   }
 
-  private async insertInto(tx: ProducerTx, agg: Agg, type: AggType, n: number): Promise<RowInfo[]> {
+  private async insertInto(tx: ProducerTx, agg: Agg, type: AggType, n: number, old = false): Promise<RowInfo[]> {
+    // `old`: created a day ago (the range shape's older partition); else created_at's default, now()
     const rows = await tx.conn.unsafe<{ id: string; seq: string }[]>(
-      `INSERT INTO ${this.t} (aggregatetype, aggregateid, type, payload)
-       SELECT $1, $2, 'Happened', jsonb_build_object('n', g, 'pad', repeat('x', (g % 3) * 20)) FROM generate_series(1, $3::int) g ORDER BY g
+      `INSERT INTO ${this.t} (aggregatetype, aggregateid, type, payload, created_at)
+       SELECT $1, $2, 'Happened', jsonb_build_object('n', g, 'pad', repeat('x', (g % 3) * 20)), CASE WHEN $4::boolean THEN now() - interval '1 day' ELSE now() END
+       FROM generate_series(1, $3::int) g ORDER BY g
        RETURNING id::text, seq::text`,
-      [type, agg, n],
+      [type, agg, n, old],
     );
     const out: RowInfo[] = [];
     for (const r of [...rows].sort((x, y) => Number(x.seq) - Number(y.seq))) {
@@ -732,14 +934,14 @@ export class World {
     switch (a.kind) {
       case 'insert': {
         const tx = await this.producer(undefined);
-        const rows = await this.insertInto(tx, a.agg, a.type, a.n);
+        const rows = await this.insertInto(tx, a.agg, a.type, a.n, a.old);
         await this.commit(tx);
         this.log(`inserted ${rows.map((r) => `${r.label}#${r.seq}`).join(',')} (${a.type}), committed`);
         return;
       }
       case 'open': {
         const tx = await this.producer(a.tx);
-        const rows = await this.insertInto(tx, a.agg, a.type, a.n);
+        const rows = await this.insertInto(tx, a.agg, a.type, a.n, a.old);
         this.log(`tx${a.tx} inserted ${rows.map((r) => `${r.label}#${r.seq}`).join(',')} (${a.type}), not committed`);
         return;
       }
@@ -956,7 +1158,7 @@ export class World {
   }
 
   private async sentIds(): Promise<Set<string>> {
-    return new Set((await this.sql.unsafe<{ id: string }[]>(`SELECT id::text FROM ${this.sentT} WHERE aggregatetype <> $1`, [OLD_SENT])).map((r) => r.id));
+    return new Set((await this.sql.unsafe<{ id: string }[]>(`SELECT id FROM (${this.sentRowsSql()}) s`)).map((r) => r.id));
   }
 
   /**
@@ -1001,10 +1203,7 @@ export class World {
    * is in the outbox, in the sent table, or was deleted by hand.
    */
   async checkTables(): Promise<void> {
-    const sent = await this.sql.unsafe<{ id: string; xid: string | null }[]>(
-      `SELECT s.id::text, (SELECT max(m.xid) FROM ${this.markLog} m WHERE m.seq = s.seq) AS xid FROM ${this.sentT} s WHERE s.aggregatetype <> $1`,
-      [OLD_SENT],
-    );
+    const sent = await this.sql.unsafe<{ id: string; xid: string | null }[]>(this.sentRowsSql());
     const outbox = new Set((await this.sql.unsafe<{ id: string }[]>(`SELECT id::text FROM ${this.t}`)).map((r) => r.id));
     const sentIds = new Set<string>();
     for (const { id, xid } of sent) {
@@ -1028,7 +1227,7 @@ export class World {
   // --- a whole run ----------------------------------------------------------------------------
 
   async run(): Promise<void> {
-    await migrate(this.sql, this.tableName);
+    await this.createTable();
     await this.addMarkLog();
     running.world = this;
     try {
@@ -1068,7 +1267,7 @@ export class World {
       if (due.count) this.log(`made ${due.count} rows due`);
       await this.invoke({ kind: 'invoke', invocations: [{ relay: 0, deadlineMs: 2_000, publishes: [] }], faults: [], side: [] }, true);
       await this.checkTables();
-      const sent = new Set((await this.sql.unsafe<{ id: string }[]>(`SELECT id::text FROM ${this.sentT}`)).map((r) => r.id));
+      const sent = await this.sentIds();
       if (live.every((r) => sent.has(r.id))) return;
     }
     const left = await this.sql.unsafe<{ id: string; attempts: number; parked: boolean; not_due: boolean; waiting: boolean }[]>(

@@ -3,7 +3,27 @@
 // (alone: `npm run test:model`).
 //
 // fast-check
-// generates scenarios (test/model/model-harness.ts runs them): producers inserting rows of
+// generates scenarios (test/model/model-harness.ts runs them). Each run draws its table and its
+// settings, and every check below must hold on each:
+//   - the table's shape: plain as migrate makes it (half the runs), or rebuilt PARTITION BY RANGE
+//     (created_at) in two partitions (rows inserted `old`, with a created_at a day back, land in
+//     the older one, at the ctids the newer one's rows have too), or PARTITION BY HASH of
+//     aggregateid or seq in 2 or 3 partitions (a batch spans partitions; by seq an aggregate's rows
+//     are spread over them); and whether it has application columns named like every alias and
+//     CTE of the relay's statements (tid, rel, first_gap, publishable, created_epoch, placed, ...,
+//     read from the statement texts as table-shapes.test.ts does);
+//   - the settings (the relay's environment, loadConfig): OUTBOX_SENT_ROWS keep or delete (the
+//     mark's statement; under delete a test-only trigger notes the rows a relay deletes, for G1
+//     and G2), OUTBOX_BATCH_SIZE 1-3 (with OUTBOX_MAX_BATCH_BYTES 100, several batches and byte
+//     cuts), OUTBOX_KEY_COLUMN aggregateid, id or type, OUTBOX_ADDITIONAL_PLACEMENT unset, none or
+//     one column as a header (type; created_at or an application column `tid`, which the claim
+//     then reads), OUTBOX_METADATA none, timestamp,seq or cloudevents (the claim reads
+//     created_at). The store is built with the columns the settings make the claim read
+//     (claimColumns), and the fake publisher makes each message with the real toMessage under
+//     them. There is no Kafka: the key reaches toMessage only (the claim, the marks and the order
+//     guard are per aggregateid whatever the key, and so are the fake's refusals, as
+//     ProducerPublisher's); its one-key-per-send cut (oneKeyPerAggregate) is not under the model.
+// Then the steps: producers inserting rows of
 // three aggregates (some in transactions left open, so that a lower seq commits after a higher
 // one), invocations of the real loop (runInvocation) alone or two or three at once on relays of
 // their own (each its own postgres.js client, warm across invocations, replaced and reconnected
@@ -51,7 +71,8 @@
 // spinning.
 //
 // On failure fast-check prints the seed, the path and the shrunk scenario (as data, and the
-// harness's error prints it step by step with a trace). Replay with FC_SEED=<seed> FC_PATH=<path>;
+// harness's error prints it step by step with a trace, its first line the table's shape and the
+// settings). Replay with FC_SEED=<seed> FC_PATH=<path>;
 // FC_NUM_RUNS overrides the number of runs (25), FC_TIME_LIMIT_MS the time the property may take
 // (180 s, runs and shrinking; fewer runs by then fails), FC_TRACE=<file> appends every run's trace to a file,
 // FC_KEEP_TABLES=1 keeps each run's table. The counterexamples found so far are replayed literally
@@ -61,7 +82,7 @@ import { after, before, describe, it } from 'node:test';
 import fc from 'fast-check';
 import postgres, { type Sql } from 'postgres';
 import type { ParkedPolicy } from '../../src/domain.ts';
-import { ADMIN_DATABASE_URL, DATABASE_URL, runScenario, terminateLeftovers, uncaught, type Action, type Fault, type InvocationSpec, type InvokeStep, type Outcome, type Scenario, type Step } from './model-harness.ts';
+import { ADMIN_DATABASE_URL, DATABASE_URL, runScenario, terminateLeftovers, uncaught, type Action, type Fault, type InvocationSpec, type InvokeStep, type Outcome, type Scenario, type Settings, type Shape, type Step } from './model-harness.ts';
 
 const env = process.env;
 const NUM_RUNS = env.FC_NUM_RUNS ? Number(env.FC_NUM_RUNS) : 25;
@@ -106,9 +127,11 @@ const aggType = fc.oneof({ weight: 4, arbitrary: fc.constant<'order'>('order') }
 const txSlot = fc.constantFrom<0 | 1>(0, 1);
 const pick = fc.nat({ max: 7 });
 
+// now and then a row created a day ago (explicit created_at): the range shape's older partition
+const old = fc.oneof({ weight: 2, arbitrary: fc.constant({}) }, { weight: 1, arbitrary: fc.constant({ old: true as const }) });
 const action: fc.Arbitrary<Action> = fc.oneof(
-  { weight: 6, arbitrary: fc.record({ kind: fc.constant('insert' as const), agg, type: aggType, n: fc.integer({ min: 1, max: 3 }) }) },
-  { weight: 3, arbitrary: fc.record({ kind: fc.constant('open' as const), tx: txSlot, agg, type: aggType, n: fc.integer({ min: 1, max: 2 }) }) },
+  { weight: 6, arbitrary: fc.tuple(fc.record({ kind: fc.constant('insert' as const), agg, type: aggType, n: fc.integer({ min: 1, max: 3 }) }), old).map(([a, o]): Action => ({ ...a, ...o })) },
+  { weight: 3, arbitrary: fc.tuple(fc.record({ kind: fc.constant('open' as const), tx: txSlot, agg, type: aggType, n: fc.integer({ min: 1, max: 2 }) }), old).map(([a, o]): Action => ({ ...a, ...o })) },
   { weight: 3, arbitrary: fc.record({ kind: fc.constant('commit' as const), tx: txSlot }) },
   { weight: 2, arbitrary: fc.record({ kind: fc.constant('due' as const) }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('notDue' as const), pick }) },
@@ -232,7 +255,28 @@ const steps: fc.Arbitrary<Step[]> = fc
   })
   .map((xs) => xs.flat());
 
-const scenario: fc.Arbitrary<Scenario> = fc.record({
+// The table's shape: half the runs plain (a partitioned table costs a rebuild per run), the rest
+// partitioned by range of created_at or by hash of a column the model varies.
+const shape: fc.Arbitrary<Shape> = fc.oneof(
+  { weight: 2, arbitrary: fc.constant<Shape>({ kind: 'plain' }) },
+  { weight: 1, arbitrary: fc.constant<Shape>({ kind: 'range' }) },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constant('hash' as const), column: fc.constantFrom<'aggregateid' | 'seq'>('aggregateid', 'seq'), partitions: fc.constantFrom<2 | 3>(2, 3) }) },
+);
+
+// The settings that change the relay's statements or messages (Settings says how each reaches the code).
+const settings: fc.Arbitrary<Settings> = fc.record({
+  sentRows: fc.constantFrom<Settings['sentRows']>('keep', 'delete'),
+  key: fc.constantFrom<Settings['key']>('aggregateid', 'id', 'type'),
+  placement: fc.constantFrom<Settings['placement']>('default', 'none', 'type', 'created_at', 'tid'),
+  metadata: fc.constantFrom<Settings['metadata']>('none', 'timestamp,seq', 'cloudevents'),
+});
+
+// the application's column `tid` can be placed only where it exists
+const table = fc
+  .record({ shape, appColumns: fc.boolean(), settings })
+  .map((t): Pick<Scenario, 'shape' | 'appColumns' | 'settings'> => (t.settings.placement === 'tid' && !t.appColumns ? { ...t, settings: { ...t.settings, placement: 'created_at' } } : t));
+
+const scenario: fc.Arbitrary<Scenario> = fc.tuple(table, fc.record({
   poolMax: fc.constantFrom<3 | 4>(3, 4),
   batchSize: fc.integer({ min: 1, max: 3 }),
   maxAttempts: fc.integer({ min: 1, max: 3 }),
@@ -244,7 +288,7 @@ const scenario: fc.Arbitrary<Scenario> = fc.record({
     .tuple(fc.array(action.filter((a) => a.kind === 'insert' || a.kind === 'open'), { minLength: 1, maxLength: 3 }), steps)
     .map(([first, rest]): Step[] => [...first, ...rest]),
   finalPolicy: fc.constantFrom<ParkedPolicy>('hold', 'skip'),
-});
+})).map(([t, rest]): Scenario => ({ ...t, ...rest }));
 
 // --- the property -----------------------------------------------------------------------------
 
