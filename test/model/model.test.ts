@@ -293,7 +293,7 @@ const scenario: fc.Arbitrary<Scenario> = fc.tuple(table, fc.record({
 // --- the property -----------------------------------------------------------------------------
 
 describe('model: the real claim/mark SQL on the real Postgres, generated scenarios', () => {
-  it(`G1, G2, G4, G7, no spin, and delivery once faults stop (${NUM_RUNS} cases, all of them run)`, async () => {
+  it(`G1, G2, G4, G7, no spin, and delivery once faults stop, on drawn table shapes and settings (${NUM_RUNS} cases, all of them run)`, async () => {
     await fc.assert(fc.asyncProperty(scenario, run), {
       numRuns: NUM_RUNS,
       ...(env.FC_SEED ? { seed: Number(env.FC_SEED) } : {}),
@@ -488,6 +488,47 @@ describe('model: targeted scenarios, written in the model\'s steps for the defec
           faults: [],
           side: [{ afterMs: 20, action: { kind: 'delete', pick: 1 } }, { afterMs: 40, action: { kind: 'insert', agg: 'a', type: 'order', n: 1 } }],
         },
+      ],
+    }));
+});
+
+describe('model: targeted scenarios on the drawn table shapes and settings', () => {
+  // Two rows at the same ctid, (0,1), one in each partition of the range shape: a1 created a day
+  // ago (the older partition), b1 now. A batch of one takes a1 and is acked; a mark that named rows
+  // by ctid alone (unchecked) moved b1 too, never acked (G1), as the property found in 3 runs
+  // (seed 1446244508) with the mark so broken.
+  it('G1: on a table partitioned by range, the mark of a batch moves its own row, not the other partition\'s row at the same ctid (both modes)', async () => {
+    for (const sentRows of ['keep', 'delete'] as const) {
+      await run({
+        shape: { kind: 'range' }, appColumns: false, settings: { sentRows, key: 'aggregateid', placement: 'default', metadata: 'none' },
+        poolMax: 3, batchSize: 1, maxAttempts: 3, backoffBaseMs: 60_000, policy: 'hold', finalPolicy: 'hold',
+        steps: [
+          { kind: 'insert', agg: 'a', type: 'order', n: 1, old: true },
+          { kind: 'insert', agg: 'b', type: 'order', n: 1 },
+          { kind: 'invoke', invocations: [{ relay: 0, deadlineMs: 1500, publishes: [{ kind: 'ack', at: 0, delayMs: 0 }, { kind: 'reject', at: 0, delayMs: 0 }] }], faults: [], side: [] },
+        ],
+      });
+    }
+  });
+
+  // A batch over three hash partitions (by seq), with a refusal (a failure recorded by address) and
+  // the application's columns named like the statements' aliases (tid, rel, ...; the claim must name
+  // its own columns), the metadata and a placed application column read by the claim. Seen red with
+  // the mark by ctid alone (b1, in another partition, moved unacked) and with the candidates
+  // selecting `r.tableoid AS rel, r.ctid AS tid, *` (column reference "created_epoch" is
+  // ambiguous; the property found that one in its first run, seed -790428882: "rel" is ambiguous).
+  it('G1/G4: on a table partitioned by hash with the application\'s columns named like the aliases, a batch over several partitions is marked and charged by address', () =>
+    run({
+      shape: { kind: 'hash', column: 'seq', partitions: 3 }, appColumns: true, settings: { sentRows: 'keep', key: 'id', placement: 'tid', metadata: 'cloudevents' },
+      poolMax: 3, batchSize: 3, maxAttempts: 3, backoffBaseMs: 30, policy: 'hold', finalPolicy: 'hold',
+      steps: [
+        { kind: 'insert', agg: 'a', type: 'order', n: 1 },
+        { kind: 'insert', agg: 'b', type: 'order', n: 1, old: true },
+        { kind: 'insert', agg: 'c', type: 'order', n: 1 },
+        { kind: 'insert', agg: 'a', type: 'order', n: 1 },
+        { kind: 'invoke', invocations: [{ relay: 0, deadlineMs: 1500, publishes: [{ kind: 'reject', at: 1, delayMs: 0 }] }], faults: [], side: [] },
+        { kind: 'due' },
+        { kind: 'invoke', invocations: [{ relay: 0, deadlineMs: 1500, publishes: [] }], faults: [], side: [] },
       ],
     }));
 });
