@@ -1208,10 +1208,11 @@ export class World {
     const sentIds = new Set<string>();
     for (const { id, xid } of sent) {
       const ackedBy = this.acked.get(id);
-      if (!ackedBy) this.fail(`G1: ${this.label(id)} is in the sent table but was never acked`);
+      const del = this.settings.sentRows === 'delete';
+      if (!ackedBy) this.fail(`G1: ${this.label(id)} ${del ? 'was deleted as sent by a relay' : 'is in the sent table'} but was never acked`);
       else if (xid === null || !ackedBy.has(xid)) {
         const by = [...ackedBy].map((x) => `tx ${x}`).join(', ');
-        this.fail(`G1: ${this.label(id)} was moved to the sent table by tx ${xid ?? '?'}, whose batch's publish never acked it (acked only in the batches of ${by})`);
+        this.fail(`G1: ${this.label(id)} was ${del ? 'deleted as sent' : 'moved to the sent table'} by tx ${xid ?? '?'}, whose batch's publish never acked it (acked only in the batches of ${by})`);
       }
       if (sentIds.has(id)) this.fail(`G1: ${this.label(id)} is in the sent table twice`);
       if (outbox.has(id)) this.fail(`G1: ${this.label(id)} is in the sent table and still in the outbox`);
