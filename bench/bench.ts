@@ -36,7 +36,7 @@ import { CpuMeter, parentPid, type CpuSample } from './cpu.ts';
 import { DebeziumPeer, walLsn, type PeerCleanup, type PeerCpu } from './debezium/peer.ts';
 import { peerReport } from './debezium/report.ts';
 import { benchMarks } from './marks.ts';
-import { benchScale } from './scale.ts';
+import { benchScale, type Shape } from './scale.ts';
 import { notMeasured } from './measured.ts';
 import { benchBurst, benchSustained, SENT_ROWS_WAYS, type RetentionBenchContext, type SentRowsWay } from './retention.ts';
 import { UnguardedStore } from './stores.ts';
@@ -81,6 +81,7 @@ const { values } = parseArgs({
     'scale-invocations': { type: 'string', default: '1,2,4,8' },
     'scale-hot': { type: 'string', default: '8' },
     'scale-hot-invocations': { type: 'string', default: '1,4' },
+    'scale-shapes': { type: 'string', default: 'plain' },
     smoke: { type: 'boolean', default: false },
   },
 });
@@ -88,9 +89,9 @@ if (values.smoke) {
   Object.assign(values, { events: '3000', repeat: '1', aggregates: '100', 'peer-warmup': '0' });
   // the opt-in ones (--only sustained,burst,marks), in seconds too
   Object.assign(values, { minutes: '0.25', 'invoke-seconds': '5', 'retain-seconds': '3', 'baseline-seconds': '5', 'burst-events': '5000', claims: '5' });
-  // --only scale: 1 and 2 invocations, and 2 on the hot aggregates
+  // --only scale: 1 and 2 invocations, and 2 on the hot aggregates, on both outboxes
   Object.assign(values, { 'scale-events': '3000', 'scale-aggregates': '100' });
-  Object.assign(values, { 'scale-invocations': '1,2', 'scale-hot-invocations': '2' });
+  Object.assign(values, { 'scale-invocations': '1,2', 'scale-hot-invocations': '2', 'scale-shapes': 'plain,partitioned' });
 }
 
 /** The dotted paths of the figures in `record` that are not numbers (NaN, Infinity): a bench that measured nothing. */
@@ -125,9 +126,10 @@ const kafka = new Kafka({ clientId: 'bench', brokers: env.KAFKA_BROKERS.split(',
 const pad = 'x'.repeat(Math.max(0, PAYLOAD - 40));
 
 /** a migrated, empty outbox table for one measurement of this run */
-async function createTable(name: string): Promise<string> {
+async function createTable(name: string, shape: Shape = 'plain'): Promise<string> {
   const table = `bench_${name}_${run}`;
-  await migrate(sql, parseTableName(table));
+  // partitioned: a day's partitions (OUTBOX_PARTITION_WIDTH=1 day), as migrate makes them
+  await migrate(sql, parseTableName(table), undefined, shape === 'partitioned' ? { partitionWidthS: 86_400 } : {});
   return table;
 }
 
@@ -485,8 +487,9 @@ async function main(): Promise<void> {
             concurrency: values['scale-invocations'].split(',').map(Number),
             aggregates: Number(values['scale-aggregates']),
             hot: Number(values['scale-hot']),
-            hotConcurrency: values['scale-hot-invocations'].split(',').map(Number),
+            hotConcurrency: values['scale-hot-invocations'].split(',').filter(Boolean).map(Number),
             repeat: REPEAT,
+            shapes: values['scale-shapes'].split(',') as Shape[],
           },
         ),
     ],

@@ -7,11 +7,17 @@
 // aggregates, where the order guard lets one invocation at a time have an aggregate. Rounds are
 // interleaved (every case once per round), medians printed, then the model of bench/scale-model.ts.
 // Every event is read back from the topic: exactly once by id, in order per aggregate, or it fails.
+// `--scale-shapes plain,partitioned` runs every case on both outboxes, `migrate`'s plain table and
+// its partitioned one (OUTBOX_PARTITION_WIDTH, docs/schema.md "Partitioned outboxes"), in the same
+// rounds: each case's Postgres WAL per event too, and what retention of its sent rows costs, row by
+// row (the plain table) or by dropping the partition that holds them (the partitioned one).
 import { fork, type ChildProcess } from 'node:child_process';
 import type kafkajs from 'kafkajs';
 import type { Sql } from 'postgres';
 import type { KafkaClientName } from '../src/config.ts';
-import { parseTableName, qualified } from '../src/outbox/identifier.ts';
+import { parseTableName, qualified, sentTable } from '../src/outbox/identifier.ts';
+import { pruneSql } from '../src/outbox/sql.ts';
+import { walLsn } from './debezium/peer.ts';
 import { CpuMeter, processCpu } from './cpu.ts';
 import { ceilings, DEFAULT_ASSUMPTIONS, eventsPerSec, medianSample, perEvent } from './scale-model.ts';
 import type { Ceilings, Sample } from './scale-model.ts';
@@ -26,8 +32,8 @@ export interface ScaleContext {
   clients: KafkaClientName[];
   /** the commit measured (bench/commit.ts) */
   commit: string;
-  /** a migrated, empty outbox table named after `name` and the bench's run */
-  createTable(name: string): Promise<string>;
+  /** a migrated, empty outbox table named after `name` and the bench's run, of that shape */
+  createTable(name: string, shape?: Shape): Promise<string>;
   fillTable(table: string, events: number, aggregates: number): Promise<void>;
   createTopic(topic: string): Promise<void>;
   drop(table: string): Promise<void>;
@@ -44,13 +50,23 @@ export interface ScaleOptions {
   hot: number;
   hotConcurrency: number[];
   repeat: number;
+  /** the outboxes each case runs on (--scale-shapes): migrate's plain table, its partitioned one */
+  shapes?: Shape[];
 }
+
+/** migrate's plain outbox, or its partitioned one (a day's partitions) */
+export type Shape = 'plain' | 'partitioned';
+export const SHAPES: readonly Shape[] = ['plain', 'partitioned'];
 
 interface Case {
   client: KafkaClientName;
   invocations: number;
   aggregates: number;
+  shape: Shape;
 }
+
+/** A case's round: the drain, its WAL, and retention of the rows it moved to the sent table. */
+type ShapeSample = Sample & { walBytes: number; retention: { ms: number; postgresCpu?: number; walBytes: number } };
 
 /** no invocation published anything for this long: the relays are stuck, fail rather than wait */
 const STALL_MS = 60_000;
@@ -201,9 +217,9 @@ async function readBack(kafka: kafkajs.Kafka, topic: string, events: number): Pr
   if (problems.length) throw new Error(`scale, topic ${topic}: ${problems.join('; ')}`);
 }
 
-async function measure(ctx: ScaleContext, c: Case, events: number, round: number): Promise<Sample> {
-  const name = `scale${c.client.slice(0, 2)}${c.invocations}a${c.aggregates}r${round}`;
-  const table = await ctx.createTable(name);
+async function measure(ctx: ScaleContext, c: Case, events: number, round: number): Promise<ShapeSample> {
+  const name = `scale${c.client.slice(0, 2)}${c.invocations}a${c.aggregates}${c.shape === 'plain' ? '' : 'p'}r${round}`;
+  const table = await ctx.createTable(name, c.shape);
   const topic = `bench.${ctx.run()}.${name}`;
   await ctx.createTopic(topic);
   const env = {
@@ -218,10 +234,12 @@ async function measure(ctx: ScaleContext, c: Case, events: number, round: number
     await ctx.fillTable(table, events, c.aggregates);
     const relayCpu0 = workers.reduce((s, w) => s + w.cpu(), 0);
     const cpu0 = ctx.meter.available ? ctx.meter.sample() : undefined;
+    const wal0 = await walLsn(ctx.sql);
     const start = performance.now();
     const { invocations, empty, heldBack, waitedMs, published } = await drain(workers, events);
     const ms = performance.now() - start;
     const cpu1 = cpu0 ? CpuMeter.diff(cpu0, ctx.meter.sample()) : undefined;
+    const walBytes = Number((await walLsn(ctx.sql)) - wal0);
     const relay = workers.reduce((s, w) => s + w.cpu(), 0) - relayCpu0;
     // the count check of every bench: the relays published each event once, no more, no fewer
     if (published !== events) throw new Error(`scale ${name}: the invocations published ${published} of ${events}`);
@@ -231,11 +249,58 @@ async function measure(ctx: ScaleContext, c: Case, events: number, round: number
     await readBack(ctx.kafka, topic, events);
     const cpu = cpu1 ? { relay, postgres: cpu1.postgres, broker: cpu1.broker } : undefined;
     const invocationsAtOnce = c.invocations;
-    return { events, ms, invocations, empty, heldBack, waitedMs, invocationsAtOnce, ...(cpu ? { cpu } : {}) };
+    const retention = await retire(ctx, table, c.shape, events);
+    return { events, ms, invocations, empty, heldBack, waitedMs, invocationsAtOnce, ...(cpu ? { cpu } : {}), walBytes, retention };
   } finally {
     await Promise.all(workers.map((w) => w.close()));
     await ctx.drop(table);
   }
+}
+
+/**
+ * Retention of the `events` rows the drain moved to the sent table, all at once: the plain table's
+ * by the relay's own chunks (pruneSql, a 0 ms window, 5,000 rows a transaction, as
+ * src/loop/retention.ts runs them); the partitioned table's by detaching and dropping the
+ * partitions that hold them, as its maintenance function does once they are older than the window
+ * (no partition ages during a bench, so the statements are run here). Its time, Postgres CPU and WAL.
+ */
+async function retire(ctx: ScaleContext, table: string, shape: Shape, events: number): Promise<ShapeSample['retention']> {
+  const name = parseTableName(table);
+  const sent = qualified(sentTable(name));
+  // the partitions that hold sent rows, and how many (the check below), read before the clock starts
+  const held: Array<{ part: string; n: number }> = [];
+  if (shape === 'partitioned') {
+    const parts = await ctx.sql.unsafe<{ part: string }[]>(
+      `SELECT c.oid::regclass::text AS part FROM pg_inherits h JOIN pg_class c ON c.oid = h.inhrelid
+       WHERE h.inhparent = $1::regclass AND pg_get_expr(c.relpartbound, c.oid) <> 'DEFAULT'`, [sent]);
+    for (const { part } of parts) held.push({ part, n: (await ctx.sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${part}`))[0]!.n });
+  }
+  const cpu0 = ctx.meter.available ? ctx.meter.sample() : undefined;
+  const wal0 = await walLsn(ctx.sql);
+  const start = performance.now();
+  let retired = 0;
+  if (shape === 'plain') {
+    const chunk = pruneSql(qualified(name), sent, 'sent');
+    for (;;) {
+      const [row] = await ctx.sql.unsafe<{ affected: string }[]>(chunk, [0, 5_000]);
+      const n = Number(row!.affected);
+      retired += n;
+      if (n < 5_000) break;
+    }
+  } else {
+    await ctx.sql.begin(async (tx) => {
+      for (const { part, n } of held.filter((h) => h.n > 0)) {
+        await tx.unsafe(`ALTER TABLE ${sent} DETACH PARTITION ${part}`);
+        await tx.unsafe(`DROP TABLE ${part}`);
+        retired += n;
+      }
+    });
+  }
+  const ms = performance.now() - start;
+  const cpu = cpu0 ? CpuMeter.diff(cpu0, ctx.meter.sample()).postgres : undefined;
+  const walBytes = Number((await walLsn(ctx.sql)) - wal0);
+  if (retired !== events) throw new Error(`scale ${table}: retention retired ${retired} sent rows of ${events}`);
+  return { ms, ...(cpu === undefined ? {} : { postgresCpu: cpu }), walBytes };
 }
 
 /** where the invocations' time went: claim, publish, commit, as shares of the wall time × invocations */
@@ -245,11 +310,11 @@ function waitedShares(s: Sample): string {
 }
 
 const label = (c: Case) =>
-  `${c.client}, ${c.invocations} invocation${c.invocations > 1 ? 's' : ''}, ${c.aggregates} aggregates`;
+  `${c.client}, ${c.invocations} invocation${c.invocations > 1 ? 's' : ''}, ${c.aggregates} aggregates${c.shape === 'plain' ? '' : `, ${c.shape}`}`;
 const msPer1k = (seconds: number) => Math.round(seconds * 1e6);
 
 /** one line of the table: each cell right-aligned to its column's width (the first left-aligned) */
-const WIDTHS = [13, 4, 6, 10, 14, 5, 7, 5, 7, 6, 6, 14, 8];
+const WIDTHS = [13, 4, 6, 10, 14, 5, 7, 5, 7, 6, 6, 14, 8, 7, 13];
 const line = (cells: Array<string | number>) =>
   cells.map((c, i) => (i === 0 ? String(c).padEnd(WIDTHS[0]!) : String(c).padStart(WIDTHS[i]!))).join('');
 
@@ -258,17 +323,19 @@ export async function benchScale(ctx: ScaleContext, o: ScaleOptions): Promise<Re
     if (Number.isInteger(n) && n >= 1) continue;
     throw new Error(`--only scale: ${n} is not a positive whole number; check the --scale-* options`);
   }
-  const cases: Case[] = ctx.clients.flatMap((client) => [
-    ...o.concurrency.map((invocations) => ({ client, invocations, aggregates: o.aggregates })),
-    ...o.hotConcurrency.map((invocations) => ({ client, invocations, aggregates: o.hot })),
-  ]);
+  const shapes = o.shapes ?? ['plain'];
+  for (const shape of shapes) if (!SHAPES.includes(shape)) throw new Error(`--scale-shapes: unknown '${shape}'; choose from ${SHAPES.join(', ')}`);
+  const cases: Case[] = ctx.clients.flatMap((client) => shapes.flatMap((shape) => [
+    ...o.concurrency.map((invocations) => ({ client, invocations, aggregates: o.aggregates, shape })),
+    ...o.hotConcurrency.map((invocations) => ({ client, invocations, aggregates: o.hot, shape })),
+  ]));
   console.log(`bench: commit ${ctx.commit}, ${new Date().toISOString()}`);
   process.stderr.write(
     `scale: ${o.events} events per case, ${cases.length} cases (${o.concurrency.join(', ')} invocations on ` +
       `${o.aggregates} aggregates, ${o.hotConcurrency.join(', ')} on ${o.hot} hot ones; clients ` +
       `${ctx.clients.join(', ')}), ${o.repeat} rounds interleaved (medians)\n`,
   );
-  const samples = new Map<Case, Sample[]>(cases.map((c) => [c, []]));
+  const samples = new Map<Case, ShapeSample[]>(cases.map((c) => [c, []]));
   for (let round = 0; round < o.repeat; round++) {
     for (const c of cases) {
       const s = await measure(ctx, c, o.events, round);
@@ -277,7 +344,8 @@ export async function benchScale(ctx: ScaleContext, o: ScaleOptions): Promise<Re
       const ms = pe && ([pe.relay, pe.postgres, pe.broker].map(msPer1k) as [number, number, number]);
       const cpu = ms ? `  cpu ms/1k: relay ${ms[0]} pg ${ms[1]} broker ${ms[2]}` : '';
       process.stderr.write(
-        `  round ${round + 1}/${o.repeat} ${label(c)}: ${Math.round(eventsPerSec(s))} events/s${cpu}, ` +
+        `  round ${round + 1}/${o.repeat} ${label(c)}: ${Math.round(eventsPerSec(s))} events/s${cpu}, ${Math.round(s.walBytes / s.events)} B WAL/event, ` +
+          `retention ${retentionFigures(s)}, ` +
           `${s.invocations} invocations (${s.empty} empty), ${s.heldBack} rows held back\n` +
           `      per invocation-second waited: ${waitedShares(s)}\n`,
       );
@@ -286,16 +354,27 @@ export async function benchScale(ctx: ScaleContext, o: ScaleOptions): Promise<Re
   return report(cases, samples, o);
 }
 
-function report(cases: Case[], samples: Map<Case, Sample[]>, o: ScaleOptions): Record<string, unknown> {
-  const medians = new Map(cases.map((c) => [c, medianSample(samples.get(c)!)]));
+/** retention's figures of a round, per event: µs of Postgres CPU, bytes of WAL */
+const retentionPerEvent = (s: ShapeSample) => ({
+  ...(s.retention.postgresCpu === undefined ? {} : { postgresCpuUs: Number(((s.retention.postgresCpu / s.events) * 1e6).toFixed(2)) }),
+  walBytes: Number((s.retention.walBytes / s.events).toFixed(2)),
+  ms: Math.round(s.retention.ms),
+});
+const retentionFigures = (s: ShapeSample) => {
+  const r = retentionPerEvent(s);
+  return `${r.ms} ms${r.postgresCpuUs === undefined ? '' : `, pg ${r.postgresCpuUs} µs/event`}, ${r.walBytes} B WAL/event`;
+};
+
+function report(cases: Case[], samples: Map<Case, ShapeSample[]>, o: ScaleOptions): Record<string, unknown> {
+  const medians = new Map(cases.map((c) => [c, medianSample(samples.get(c)!) as ShapeSample & { min: number; max: number }]));
   console.log(`\nscale: ${o.events} events per case, median of ${o.repeat} (range); cpu in ms per 1,000 events; ` +
     'cores = CPU seconds / wall seconds;\ninv(ocations) (empty: published nothing), ' +
     "held: rows claimed but held back behind another invocation's");
   console.log(line(['client', 'inv', 'aggs', 'events/s', 'range', 'x1', 'relay', 'pg', 'broker', 'total', 'cores']
-    .concat(['inv (empty)', 'held'])));
+    .concat(['inv (empty)', 'held', 'WAL B', 'shape'])));
   const rows = cases.map((c) => {
     const m = medians.get(c)!;
-    const alone = cases.find((x) => x.client === c.client && x.invocations === 1 && x.aggregates === c.aggregates);
+    const alone = cases.find((x) => x.client === c.client && x.invocations === 1 && x.aggregates === c.aggregates && x.shape === c.shape);
     const rate = eventsPerSec(m);
     const speedup = rate / eventsPerSec(medians.get(alone ?? c)!);
     const pe = perEvent(m);
@@ -304,7 +383,8 @@ function report(cases: Case[], samples: Map<Case, Sample[]>, o: ScaleOptions): R
     const cores = m.cpu ? ((m.cpu.relay + m.cpu.postgres + m.cpu.broker) / (m.ms / 1000)).toFixed(2) : '';
     const range = `${Math.round(m.min)}-${Math.round(m.max)}`;
     const invocations = `${m.invocations} (${m.empty})`;
-    const figures = [Math.round(rate), range, speedup.toFixed(2), ...cpu, cores, invocations, m.heldBack];
+    const walPerEvent = Math.round(m.walBytes / m.events);
+    const figures = [Math.round(rate), range, speedup.toFixed(2), ...cpu, cores, invocations, m.heldBack, walPerEvent, c.shape];
     console.log(line([c.client, c.invocations, c.aggregates, ...figures]));
     return {
       ...c,
@@ -316,8 +396,14 @@ function report(cases: Case[], samples: Map<Case, Sample[]>, o: ScaleOptions): R
       invocationsRun: m.invocations,
       emptyInvocations: m.empty,
       heldBack: m.heldBack,
+      walBytesPerEvent: walPerEvent,
+      retentionPerEvent: retentionPerEvent(m),
     };
   });
+  if (new Set(cases.map((c) => c.shape)).size > 1) {
+    console.log("\nretention of each case's sent rows (median round): plain by row chunks, partitioned by dropping their partition");
+    for (const c of cases) console.log(`  ${label(c)}: ${retentionFigures(medians.get(c)!)}`);
+  }
   return { events: o.events, rounds: o.repeat, cases: rows, model: printModel(cases, medians, o.aggregates) };
 }
 
