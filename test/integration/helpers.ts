@@ -149,6 +149,15 @@ export async function fixture(sql: Sql, name: string, aggregatetypes: string[] =
  * Unique indexes are left out: a partitioned table's must include the partition key.
  */
 export async function partitionByRange(db: Sql, table: string, key: string, split: string): Promise<string[]> {
+  return repartition(db, table, `RANGE (${key})`, [[`${table}_a`, `FROM (MINVALUE) TO ('${split}')`], [`${table}_b`, `FROM ('${split}') TO (MAXVALUE)`]]);
+}
+
+/**
+ * Rebuilds `table` (made by migrate) as partitioned `by` (`RANGE (created_at)`, `HASH (seq)`), its
+ * partitions named with their bounds (`FOR VALUES …`): the same columns, defaults, identity and
+ * checks, the non-unique indexes under their names, the triggers. Returns the partitions' names.
+ */
+export async function repartition(db: Sql, table: string, by: string, partitions: Array<[name: string, bound: string]>): Promise<string[]> {
   const t = qualified(parseTableName(table));
   const old = `${table}_plain`;
   await db.begin(async (x) => {
@@ -157,9 +166,8 @@ export async function partitionByRange(db: Sql, table: string, key: string, spli
     const triggers = await x.unsafe<{ def: string }[]>(
       `SELECT pg_get_triggerdef(oid) AS def FROM pg_trigger WHERE tgrelid = $1::regclass AND NOT tgisinternal`, [t]);
     await x.unsafe(`ALTER TABLE ${t} RENAME TO "${old}"`);
-    await x.unsafe(`CREATE TABLE ${t} (LIKE "${old}" INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING GENERATED INCLUDING CONSTRAINTS) PARTITION BY RANGE (${key})`);
-    await x.unsafe(`CREATE TABLE "${table}_a" PARTITION OF ${t} FOR VALUES FROM (MINVALUE) TO ('${split}')`);
-    await x.unsafe(`CREATE TABLE "${table}_b" PARTITION OF ${t} FOR VALUES FROM ('${split}') TO (MAXVALUE)`);
+    await x.unsafe(`CREATE TABLE ${t} (LIKE "${old}" INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING GENERATED INCLUDING CONSTRAINTS) PARTITION BY ${by}`);
+    for (const [name, bound] of partitions) await x.unsafe(`CREATE TABLE "${name}" PARTITION OF ${t} FOR VALUES ${bound}`);
     const onOld = new RegExp(` ON (?:public\\.)?"?${old}"? `);
     // the index names are the old table's: rename those first, so the rebuilt ones keep them
     for (const { def } of indexes) {
@@ -170,7 +178,7 @@ export async function partitionByRange(db: Sql, table: string, key: string, spli
     await x.unsafe(`DROP TABLE "${old}"`);
     for (const { def } of triggers) await x.unsafe(def.replace(onOld, ` ON ${t} `));
   });
-  return [`${table}_a`, `${table}_b`];
+  return partitions.map(([name]) => name);
 }
 
 export async function createTopics(topics: string[], partitions = 3, configEntries?: Array<{ name: string; value: string }>): Promise<void> {

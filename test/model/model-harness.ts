@@ -23,7 +23,7 @@ import { createLogger } from '../../src/log.ts';
 import type { BatchTransaction, InsertWatch, NothingClaimable, OutboundMessage, PruneTarget, PublishOutcome, Publisher, Store } from '../../src/loop/ports.ts';
 import { retryParked, skipParked } from '../../src/outbox/admin.ts';
 import * as q from '../../src/outbox/sql.ts';
-import { partitionByRange } from '../integration/helpers.ts';
+import { partitionByRange, repartition } from '../integration/helpers.ts';
 import { parseTableName, qualified, sentTable, type TableName } from '../../src/outbox/identifier.ts';
 import { dropOutbox, migrate } from '../../src/outbox/migrate.ts';
 import { CLIENT_OPTIONS } from '../../src/outbox/client.ts';
@@ -575,32 +575,13 @@ export function settingsEnv(s: Settings): Record<string, string> {
 
 /**
  * Rebuilds `table` (made by migrate) as a table partitioned by HASH (`key`) in `partitions`
- * partitions (`${table}_h0`...), as partitionByRange (test/integration/helpers.ts) does by range:
+ * partitions (`${table}_h0`...), through repartition (test/integration/helpers.ts), as partitionByRange does by range:
  * the same columns, defaults, identity and checks, the relay's non-unique indexes and triggers; no
  * unique index (a partitioned table's must include the partition key).
  */
-export async function partitionByHash(db: Sql, table: string, key: string, partitions: number): Promise<string[]> {
-  const t = qualified(parseTableName(table));
-  const old = `${table}_plain`;
-  const names = Array.from({ length: partitions }, (_, i) => `${table}_h${i}`);
-  await db.begin(async (x) => {
-    const indexes = await x.unsafe<{ def: string }[]>(
-      `SELECT pg_get_indexdef(i.indexrelid) AS def FROM pg_index i WHERE i.indrelid = $1::regclass AND NOT i.indisunique`, [t]);
-    const triggers = await x.unsafe<{ def: string }[]>(
-      `SELECT pg_get_triggerdef(oid) AS def FROM pg_trigger WHERE tgrelid = $1::regclass AND NOT tgisinternal`, [t]);
-    await x.unsafe(`ALTER TABLE ${t} RENAME TO "${old}"`);
-    await x.unsafe(`CREATE TABLE ${t} (LIKE "${old}" INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING GENERATED INCLUDING CONSTRAINTS) PARTITION BY HASH (${key})`);
-    for (const [i, name] of names.entries()) await x.unsafe(`CREATE TABLE "${name}" PARTITION OF ${t} FOR VALUES WITH (MODULUS ${partitions}, REMAINDER ${i})`);
-    const onOld = new RegExp(` ON (?:public\\.)?"?${old}"? `);
-    for (const { def } of indexes) {
-      const name = /INDEX (\S+) ON/.exec(def)![1]!;
-      await x.unsafe(`ALTER INDEX ${name} RENAME TO "${name.replaceAll('"', '')}_plain"`);
-      await x.unsafe(def.replace(onOld, ` ON ${t} `));
-    }
-    await x.unsafe(`DROP TABLE "${old}"`);
-    for (const { def } of triggers) await x.unsafe(def.replace(onOld, ` ON ${t} `));
-  });
-  return names;
+export function partitionByHash(db: Sql, table: string, key: string, partitions: number): Promise<string[]> {
+  const parts = Array.from({ length: partitions }, (_, i): [string, string] => [`${table}_h${i}`, `WITH (MODULUS ${partitions}, REMAINDER ${i})`]);
+  return repartition(db, table, `HASH (${key})`, parts);
 }
 
 /**
