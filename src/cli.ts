@@ -101,6 +101,9 @@ async function schedule(everyMs: number, timeoutMs: number, max: number | undefi
   await Promise.allSettled([...running]);
 }
 
+/** migrate, status and parked use the database only: they need no Kafka setting (loadConfig). */
+const DATABASE_ONLY = { kafka: false };
+
 /** Runs a parsed command; its exit status. */
 export async function main(command: Command): Promise<number> {
   switch (command.name) {
@@ -108,7 +111,7 @@ export async function main(command: Command): Promise<number> {
       process.stdout.write(command.text + '\n');
       return 0;
     case 'migrate': {
-      const rt = getRuntime();
+      const rt = getRuntime(DATABASE_ONLY);
       const sql = await rt.database();
       const result = await migrate(sql, rt.config.outbox.table, undefined, { partitionWidthS: rt.config.outbox.partitionWidthS }).catch((e: unknown) => {
         throw wrapDbError(e, 'migrating');
@@ -129,7 +132,7 @@ export async function main(command: Command): Promise<number> {
     case 'status':
       return statusCommand(command.json, command.timeoutMs);
     case 'parked list': {
-      const rt = getRuntime();
+      const rt = getRuntime(DATABASE_ONLY);
       const rows = await listParked(await rt.database(), rt.config.outbox.table, command.limit).catch((e: unknown) => {
         throw wrapDbError(e, 'listing parked rows');
       });
@@ -143,7 +146,7 @@ export async function main(command: Command): Promise<number> {
 }
 
 async function statusCommand(json: boolean, timeoutMs: number): Promise<number> {
-  const rt = getRuntime();
+  const rt = getRuntime(DATABASE_ONLY);
   const deadline = new Deadline(Date.now() + timeoutMs);
   const s = await status(await rt.database(false, deadline), rt.config.outbox.table, rt.config.outbox.topicTemplate, deadline).catch((e: unknown) => {
     throw wrapDbError(e, 'reading status');
@@ -158,7 +161,7 @@ async function statusCommand(json: boolean, timeoutMs: number): Promise<number> 
  * was not acted on: the rest still were.
  */
 async function operatorCommand(command: Extract<Command, { name: 'parked retry' | 'parked skip' }>): Promise<number> {
-  const rt = getRuntime();
+  const rt = getRuntime(DATABASE_ONLY);
   // who, before anything connects: a command that cannot say who ran it does not run
   const operator = await operatorIdentity(command.operator, rt.config.awsCredentials);
   const sql = await rt.database();

@@ -56,7 +56,11 @@ export const REMOVED_SETTINGS: Readonly<Record<string, string>> = {
 /** What the AWS SDK's default credential chain reads from the environment, short of the instance metadata. */
 const AWS_CREDENTIAL_VARIABLES = ['AWS_ACCESS_KEY_ID', 'AWS_PROFILE', 'AWS_WEB_IDENTITY_TOKEN_FILE', 'AWS_CONTAINER_CREDENTIALS_FULL_URI', 'AWS_CONTAINER_CREDENTIALS_RELATIVE_URI'];
 
-export function loadConfig(env: Env = process.env): Config {
+/**
+ * `kafka: false`: for the commands that only use the database (migrate, status, parked): Kafka's
+ * settings are still checked when given, and KAFKA_BROKERS is not required.
+ */
+export function loadConfig(env: Env = process.env, { kafka = true }: { kafka?: boolean } = {}): Config {
   const read = new EnvReader(env);
   for (const [name, instead] of Object.entries(REMOVED_SETTINGS)) {
     if (read.str(name) !== undefined) read.problems.push(`${name} was removed: ${instead}`);
@@ -65,7 +69,7 @@ export function loadConfig(env: Env = process.env): Config {
   const database = databaseConfig(read, allowPlaintextLogin);
   const config: Config = {
     database,
-    kafka: kafkaConfig(read, allowPlaintextLogin),
+    kafka: kafkaConfig(read, allowPlaintextLogin, kafka),
     allowPlaintextLogin,
     outbox: outboxConfig(read, database.prepare),
     logLevel: logLevel(read),
@@ -131,9 +135,9 @@ function iamUrlProblems(read: EnvReader, url: DatabaseUrl): void {
   if (url.password) read.problems.push('DATABASE_URL has a password, but DATABASE_AUTH=iam logs in with a token: remove the password (postgres://user@host:5432/db)');
 }
 
-function kafkaConfig(read: EnvReader, allowPlaintext: boolean): Config['kafka'] {
+function kafkaConfig(read: EnvReader, allowPlaintext: boolean, required: boolean): Config['kafka'] {
   const brokers = (read.str('KAFKA_BROKERS') ?? '').split(',').map((b) => b.trim()).filter(Boolean);
-  if (brokers.length === 0) {
+  if (brokers.length === 0 && required) {
     read.problems.push('KAFKA_BROKERS is required: a comma-separated list of host:port, e.g. KAFKA_BROKERS=b-1.msk.example:9096,b-2.msk.example:9096');
   }
   // kafkajs stays the default: it is the client users named; platformatic is the maintained one

@@ -17,10 +17,13 @@ let runtime: Runtime | undefined;
 let logger: RelayLogger | undefined;
 let metrics: RelayMetrics | undefined;
 
-/** Built on first use, not at import: a configuration error then fails the invocation with its message. */
-export function getRuntime(): Runtime {
+/**
+ * Built on first use, not at import: a configuration error then fails the invocation with its
+ * message. `kafka: false`: a CLI command that uses only the database (loadConfig).
+ */
+export function getRuntime(options: { kafka?: boolean } = {}): Runtime {
   if (!runtime) {
-    const config = loadConfig();
+    const config = loadConfig(process.env, options);
     const t = config.telemetry;
     logger = createLogger(config.logLevel, { stage: t.stage }, undefined, { serviceName: t.serviceName });
     metrics = createMetrics(t, logger.powertools);

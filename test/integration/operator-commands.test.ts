@@ -10,7 +10,10 @@
 import assert from 'node:assert/strict';
 import { createServer, type AddressInfo } from 'node:net';
 import { describe, it } from 'node:test';
+import { parseTableName } from '../../src/outbox/identifier.ts';
+import { dropOutbox } from '../../src/outbox/migrate.ts';
 import {
+  DATABASE_URL,
   consumeAll,
   createTopics,
   fileDb,
@@ -21,6 +24,7 @@ import {
   outboxTableOf as t,
   rowById,
   runCli,
+  uniqueName,
   invokeOk as invoke,
 } from './helpers.ts';
 
@@ -194,9 +198,25 @@ describe('the command line is checked before anything connects', () => {
       assert.doesNotMatch(res.stderr, CONNECTING, what);
     });
     // the environment is wrong rather than the command line: exit 2 too, as documented
-    const config = await runCli(['status'], { DATABASE_URL: env.DATABASE_URL });
+    const config = await runCli(['status'], { KAFKA_BROKERS: env.KAFKA_BROKERS });
     assert.equal(config.code, 2, config.stderr);
-    assert.match(config.stderr, /ConfigError: invalid configuration:\n {2}- KAFKA_BROKERS is required/);
+    assert.match(config.stderr, /ConfigError: invalid configuration:\n {2}- DATABASE_URL or DATABASE_SECRET_ID is required/);
+  });
+
+  it('G8: migrate, status and parked need the database settings alone (no KAFKA_BROKERS); invoke still asks for it', async () => {
+    const table = uniqueName('dbonly');
+    // the test file's DATABASE_URL, direct: these commands never reach Kafka
+    const env = { DATABASE_URL, OUTBOX_TABLE: table };
+    const migrated = await runCli(['migrate'], env);
+    assert.equal(migrated.code, 0, migrated.stderr);
+    for (const args of [['status', '--json'], ['parked', 'list'], ['parked', 'retry', '--all', '--reason', 'none parked', '--dry-run']]) {
+      const res = await runCli(args, env);
+      assert.equal(res.code, 0, `${args.join(' ')}: ${res.stderr}`);
+    }
+    const invoke = await runCli(['invoke'], env);
+    assert.equal(invoke.code, 2, invoke.stderr);
+    assert.match(invoke.stderr, /KAFKA_BROKERS is required/);
+    await dropOutbox(sql, parseTableName(table));
   });
 
   it('`<command> --help` prints that command\'s usage and options on stdout and exits 0, without connecting; `--help` alone, the global usage', async () => {

@@ -124,6 +124,16 @@ describe('loadConfig', () => {
   });
 });
 
+describe('loadConfig: what each command needs', () => {
+  it('kafka: false (migrate, status, parked): KAFKA_BROKERS is not required, and is still checked when given', () => {
+    const dbOnly = { DATABASE_URL: base.DATABASE_URL };
+    assert.deepEqual(loadConfig(dbOnly, { kafka: false }).kafka.brokers, []);
+    assert.throws(() => loadConfig(dbOnly), /KAFKA_BROKERS is required/);
+    assert.throws(() => loadConfig({ ...dbOnly, KAFKA_BROKERS: '::1:9092' }, { kafka: false }), /KAFKA_BROKERS entry "::1:9092"/);
+    assert.throws(() => loadConfig({ KAFKA_BROKERS: base.KAFKA_BROKERS }, { kafka: false }), /DATABASE_URL or DATABASE_SECRET_ID is required/);
+  });
+});
+
 describe('loadConfig: every variable, its default and its bounds', () => {
   it('defaults of the settings not covered above', () => {
     const c = loadConfig(base);
