@@ -3,7 +3,7 @@
 // wants helpers, so a function with fan-out off loads no code of @aws-sdk/client-lambda. The SDK
 // reads AWS_ENDPOINT_URL_LAMBDA itself (the tests' Invoke API endpoint).
 import { InvokeCommand, LambdaClient } from '@aws-sdk/client-lambda';
-import { helperEvent } from './fanout.ts';
+import { helperEvent } from './relay-event.ts';
 
 /**
  * One client per container. It holds no state a failed or aborted call leaves behind; no retry of

@@ -4,37 +4,15 @@
 // only an invocation started by the schedule starts helpers, at most max - 1, and a helper never
 // starts another. The rows' locks (FOR UPDATE SKIP LOCKED) share the work, as between ticks.
 import type { Metrics } from '@aws-lambda-powertools/metrics';
-import type { Context, ScheduledEvent } from 'aws-lambda';
+import type { Context } from 'aws-lambda';
 import type { Logger } from './log.ts';
 import type { Summary } from './loop/summary.ts';
 import { METRICS, type MetricName } from './metrics.ts';
 import type { Backlog } from './outbox/admin.ts';
+import { helperMarker } from './relay-event.ts';
 
-/** What a helper's event carries: who started it, and when (for its logs and the failure queue's reader). */
-export interface HelperMarker {
-  helper: true;
-  /** the request id of the scheduled invocation that started it */
-  startedBy: string;
-  /** ISO time it was started */
-  at: string;
-}
-
-export interface HelperEvent {
-  outboxRelay: HelperMarker;
-}
-
-/** What the function is invoked with: EventBridge's scheduled event, or a helper's. */
-export type RelayEvent = ScheduledEvent | HelperEvent;
-
-/** The helper marker of `event`; undefined for any other event (the schedule's, the CLI's). */
-export function helperMarker(event: unknown): HelperMarker | undefined {
-  const marker = (event as Partial<HelperEvent> | null | undefined)?.outboxRelay;
-  return marker?.helper === true ? marker : undefined;
-}
-
-export function helperEvent(startedBy: string, now = new Date()): HelperEvent {
-  return { outboxRelay: { helper: true, startedBy, at: now.toISOString() } };
-}
+// the events, in a module of their own that metrics.ts and fanout-invoke.ts read too (no import circle)
+export { helperEvent, helperMarker, type HelperEvent, type HelperMarker, type RelayEvent } from './relay-event.ts';
 
 /**
  * How many helpers a scheduled invocation starts: none unless fan-out is on, the invocation

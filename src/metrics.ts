@@ -14,7 +14,7 @@ import type middy from '@middy/core';
 import type { Context } from 'aws-lambda';
 import { Deadline } from './budget.ts';
 import type { Config } from './config.ts';
-import type { RelayEvent } from './fanout.ts';
+import type { RelayEvent } from './relay-event.ts';
 import type { Logger } from './log.ts';
 import type { Summary } from './loop/summary.ts';
 import type { Backlog } from './outbox/admin.ts';
