@@ -21,7 +21,7 @@ import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { parse } from 'yaml';
-import { KAFKA_CLIENTS } from '../src/config.ts';
+import { KAFKA_CLIENTS } from '../src/config/types.ts';
 import { dropOutbox } from '../src/outbox/migrate.ts';
 import { parseTableName } from '../src/outbox/identifier.ts';
 import { db, fixture, insertEvents, kafka, ROOT } from '../test/integration/helpers.ts';

@@ -6,7 +6,7 @@
 // from 0): the application's inserts, the same whichever relays them, taken out of Postgres's CPU.
 import { parentPort, workerData } from 'node:worker_threads';
 import postgres from 'postgres';
-import { enqueue } from '../src/enqueue.ts';
+import { enqueue } from '../src/outbox/enqueue.ts';
 import { processCpu } from './cpu.ts';
 
 /** what the worker posts before it exits */

@@ -4,9 +4,9 @@
 // answers with the summary (or the error) and the CPU its own thread spent on that invocation.
 import { readFileSync } from 'node:fs';
 import { parentPort, workerData } from 'node:worker_threads';
-import { loadConfig } from '../src/config.ts';
+import { loadConfig } from '../src/config/load.ts';
 import { createLogger } from '../src/log.ts';
-import { Runtime } from '../src/runtime.ts';
+import { Runtime } from '../src/lambda/runtime.ts';
 
 export type RelayWorkerRequest = { invoke: number } | { close: true };
 export interface RelayWorkerAnswer {

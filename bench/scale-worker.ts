@@ -3,9 +3,9 @@
 // relays coordinate through the table's row locks only, as concurrent invocations do.
 // Parent → worker: setup, go, stop, close. Worker → parent: ready, one report per invocation, done.
 import { Deadline } from '../src/budget.ts';
-import { loadConfig } from '../src/config.ts';
+import { loadConfig } from '../src/config/load.ts';
 import { createLogger } from '../src/log.ts';
-import { Runtime } from '../src/runtime.ts';
+import { Runtime } from '../src/lambda/runtime.ts';
 
 export type ScaleWorkerRequest =
   | { setup: Record<string, string>; topic: string }

@@ -14,7 +14,7 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import type kafkajs from 'kafkajs';
 import type { Sql } from 'postgres';
-import type { KafkaClientName } from '../src/config.ts';
+import type { KafkaClientName } from '../src/config/types.ts';
 import { parseTableName, qualified, sentTable } from '../src/outbox/identifier.ts';
 import { pruneSql } from '../src/outbox/sql.ts';
 import { walLsn } from './debezium/peer.ts';

@@ -5,8 +5,8 @@ import type { Sql } from 'postgres';
 import type { ClaimFilter } from '../src/loop/ports.ts';
 import type { Statement } from '../src/outbox/sql.ts';
 import { OutboxStore, type StoreOptions } from '../src/outbox/store.ts';
-import { Runtime } from '../src/runtime.ts';
-import type { Config } from '../src/config.ts';
+import { Runtime } from '../src/lambda/runtime.ts';
+import type { Config } from '../src/config/types.ts';
 import type { Logger } from '../src/log.ts';
 import { claimUnguardedSql, markInPlaceSql } from './sql.ts';
 

@@ -7,7 +7,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
-const source = join(root, 'src', 'cli.ts');
+const source = join(root, 'src', 'cli', 'main.ts');
 // tsx is a devDependency: present in a checkout, absent where the package is installed
 const tsx = existsSync(source) ? await import('tsx/esm/api').catch(() => undefined) : undefined;
 if (tsx) {

@@ -3,7 +3,7 @@
 //   node scripts/build.mjs                → .build/relay/ (handler.mjs, chunks/, source maps,
 //                                           THIRD-PARTY-NOTICES.txt), .build/relay.zip, dist/cli.js
 //   node scripts/build.mjs --lambda-only  → the Lambda bundle and zip only (what scripts/package.sh needs;
-//                                           a dist/cli.js left behind would shadow src/cli.ts for
+//                                           a dist/cli.js left behind would shadow src/cli/main.ts for
 //                                           bin/outbox-relay.js while developing)
 //   node scripts/build.mjs --test-hooks   → .build/relay-test-hooks/, laid out as .build/relay/: the
 //                                           Lambda bundle with the test hooks on, never zipped (for
@@ -57,8 +57,8 @@ const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const outDir = join(root, '.build', 'relay');
 const testHooksDir = join(root, '.build', 'relay-test-hooks');
 const zipPath = join(root, '.build', 'relay.zip');
-const handlerEntry = join(root, 'src', 'handler.ts');
-const cliEntry = join(root, 'src', 'cli.ts');
+const handlerEntry = join(root, 'src', 'lambda', 'handler.ts');
+const cliEntry = join(root, 'src', 'cli', 'main.ts');
 const distDir = join(root, 'dist');
 const NOTICES = 'THIRD-PARTY-NOTICES.txt';
 
@@ -209,7 +209,7 @@ async function main() {
       ...common,
       define: defines(false, migrations),
       // the CLI and the library entry (enqueue() for applications; package.json "exports")
-      entryPoints: [cliEntry, join(root, 'src', 'index.ts')],
+      entryPoints: { cli: cliEntry, index: join(root, 'src', 'index.ts') },
       outdir: distDir,
       packages: 'external',
       minify: false,
@@ -217,7 +217,7 @@ async function main() {
     });
     console.log('cli, library   dist/cli.js, dist/index.js (+ dist/chunks/)');
   } else {
-    console.log('cli            skipped (src/cli.ts does not exist yet)');
+    console.log('cli            skipped (src/cli/main.ts does not exist yet)');
   }
 }
 

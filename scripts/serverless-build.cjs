@@ -27,7 +27,7 @@ function parameterProblems(service) {
       );
     }
   }
-  // the relay refuses this at run time (src/config.ts); the policy would grant every topic (topic/<cluster>/*)
+  // the relay refuses this at run time (src/config/load.ts); the policy would grant every topic (topic/<cluster>/*)
   const topicPrefix = env.OUTBOX_TOPIC_PREFIX || String(env.OUTBOX_TOPIC_TEMPLATE || '').split('{')[0];
   if (env.KAFKA_AUTH === 'iam' && !topicPrefix) {
     problems.push(

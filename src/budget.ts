@@ -10,7 +10,7 @@ import { DeadlineExceededError } from './errors.ts';
  */
 export const BUDGET = {
   /**
-   * OUTBOX_SAFETY_MARGIN_MS's default (config.ts): the deadline is this long before the Lambda
+   * OUTBOX_SAFETY_MARGIN_MS's default (config/load.ts): the deadline is this long before the Lambda
    * timeout. Failures end inside it (a rollback's grace), and the backlog metrics are read in it.
    */
   safetyMarginMs: 3_000,
@@ -47,7 +47,7 @@ export const BUDGET = {
 } as const;
 
 /**
- * OUTBOX_SAFETY_MARGIN_MS's minimum (config.ts): what the worst failure runs past the deadline. A
+ * OUTBOX_SAFETY_MARGIN_MS's minimum (config/load.ts): what the worst failure runs past the deadline. A
  * statement lost at the deadline is followed by a ROLLBACK's shortest grace (the deadline has
  * nothing left to give it), then the LISTEN connection's close; a smaller margin lets Lambda kill
  * the invocation before it has ended its transactions and reported the failure.
@@ -133,7 +133,7 @@ export class BatchTimer {
   }
 }
 
-/** The loop's budget rule, asked by the invocation (src/relay.ts) before each batch and each send. */
+/** The loop's budget rule, asked by the invocation (src/loop/invocation.ts) before each batch and each send. */
 export class BatchBudget {
   private readonly timer = new BatchTimer();
 

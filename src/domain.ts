@@ -1,7 +1,7 @@
 // What the relay's two sides share: the outbox row, where a row is published (topic routing), what
 // a row may choose (RowRules), the table's name, what parked rows do to their aggregate, and the
 // broker's credentials. The database side (src/outbox/), the Kafka side (src/kafka/), the loop
-// (src/relay.ts, src/loop/) and the configuration all take these from here, so neither side needs
+// (src/loop/invocation.ts, src/loop/) and the configuration all take these from here, so neither side needs
 // the other. Depends on nothing.
 
 /** One row of the outbox table, as the claim returns it. */
@@ -62,7 +62,7 @@ export function topicFor(row: Pick<OutboxRow, 'aggregatetype' | 'type' | 'topic'
 /**
  * The template's fixed start: its text before the first placeholder (all of it when it has none).
  * Every topic the template gives starts with it, whatever the row's columns hold; the topic prefix
- * (OUTBOX_TOPIC_PREFIX) defaults to it (src/config.ts).
+ * (OUTBOX_TOPIC_PREFIX) defaults to it (src/config/load.ts).
  */
 export function templateHead(template: string): string {
   const at = template.indexOf('{');
@@ -78,9 +78,9 @@ export function unknownPlaceholders(template: string): string[] {
 /** The headers the relay sets on every message (the row's `id` and `type`): a row's own headers never override them. */
 export const RELAY_HEADERS: readonly string[] = ['id', 'type'];
 
-/** What a row may choose: the rules src/loop/row-rules.ts checks, read from settings by src/config.ts. */
+/** What a row may choose: the rules src/loop/row-rules.ts checks, read from settings by src/config/load.ts. */
 export interface RowRules {
-  /** every topic must start with this (never empty: src/config.ts) */
+  /** every topic must start with this (never empty: src/config/load.ts) */
   topicPrefix: string;
   /** header names starting with `__` a row may still set (OUTBOX_HEADERS_ALLOW_RESERVED) */
   reservedHeadersAllowed: readonly string[];
@@ -192,7 +192,7 @@ export function relayHeaders(metadata: Metadata): readonly string[] {
 /**
  * The columns the claim reads beyond its usual ones, only for the metadata that need them; placed
  * columns as one JSON object `placed` of their text, each cut after PLACED_MAX_CHARS + 1 characters
- * (names are checked identifiers: src/config.ts).
+ * (names are checked identifiers: src/config/load.ts).
  */
 /** The outbox columns the settings make the claim read beyond the relay's own (the schema check asks for them). */
 export function settingColumns(metadata: Metadata): string[] {
@@ -244,7 +244,7 @@ export type ParkedPolicy = (typeof PARKED_POLICIES)[number];
 
 export type SaslMechanism = 'plain' | 'scram-sha-256' | 'scram-sha-512';
 
-/** Kafka SASL credentials, as the Kafka secret holds them (src/secrets.ts reads them). */
+/** Kafka SASL credentials, as the Kafka secret holds them (src/lambda/secrets.ts reads them). */
 export interface KafkaCredentials {
   username: string;
   password: string;

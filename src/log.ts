@@ -4,7 +4,7 @@
 // Every line goes to stderr, not to the console Powertools would use (stdout for debug and info):
 // CloudWatch reads both streams, and the CLI keeps stdout for its summary (and, when asked, the
 // metrics' EMF records). The Lambda context (request id, function name, cold start) is added by
-// Powertools' injectLambdaContext middleware in src/handler.ts.
+// Powertools' injectLambdaContext middleware in src/lambda/handler.ts.
 import { Logger as PowertoolsLogger, type LogItem } from '@aws-lambda-powertools/logger';
 import type { ConstructorOptions, LogAttributes } from '@aws-lambda-powertools/logger/types';
 

@@ -1,7 +1,7 @@
 // How the relay's connections are protected: TLS unless the other end is this machine, no login
 // (password, SASL, IAM token) sent unencrypted to another machine unless OUTBOX_ALLOW_PLAINTEXT_LOGIN
 // says so, and a warning for every setting that encrypts without checking whom it talks to. Pure
-// rules: config.ts applies the ones it can decide from the environment; runtime.ts the database's
+// rules: config/load.ts applies the ones it can decide from the environment; lambda/runtime.ts the database's
 // when a secret names its host.
 import { isIP } from 'node:net';
 import { checkServerIdentity, type ConnectionOptions, type PeerCertificate } from 'node:tls';

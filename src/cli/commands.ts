@@ -1,5 +1,5 @@
 // The outbox-relay command line: each command with its options and help, and argv parsed into a
-// Command whose every argument has been checked. src/cli.ts parses before it reads the
+// Command whose every argument has been checked. src/cli/main.ts parses before it reads the
 // configuration or connects to anything, so a mistyped id or option is a usage error (exit 2)
 // whether or not the database is up, and never half-runs a command. Pure: the unit tests call
 // parseCommand.

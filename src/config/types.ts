@@ -1,5 +1,5 @@
 // The Config the rest of the relay reads: its shape and the choices it names. How the environment
-// becomes one (defaults, checks, messages) is src/config.ts.
+// becomes one (defaults, checks, messages) is src/config/load.ts.
 import type { Metadata, ParkedPolicy, RowRules, TableName } from '../domain.ts';
 import type { LogLevel } from '../log.ts';
 import type { DatabaseSsl } from '../transport.ts';
@@ -15,7 +15,7 @@ export interface Config {
     /** either a URL given directly or a Secrets Manager secret id to resolve it from */
     url?: string;
     secretId?: string;
-    /** password: the URL's or the secret's; iam: an RDS IAM auth token per connection (src/rds-iam.ts) */
+    /** password: the URL's or the secret's; iam: an RDS IAM auth token per connection (src/outbox/rds-iam.ts) */
     auth: 'password' | 'iam';
     /** false for RDS Proxy / PgBouncer in transaction mode */
     prepare: boolean;
@@ -90,7 +90,7 @@ export interface Config {
   allowPlaintextLogin: boolean;
   /** OUTBOX_LOG_LEVEL, else POWERTOOLS_LOG_LEVEL, else LOG_LEVEL, else info */
   logLevel: LogLevel;
-  /** Powertools logger and metrics (src/log.ts, src/metrics.ts) */
+  /** Powertools logger and metrics (src/log.ts, src/lambda/metrics.ts) */
   telemetry: {
     /** the `service` of every log line and metric dimension (POWERTOOLS_SERVICE_NAME) */
     serviceName: string;
@@ -103,12 +103,12 @@ export interface Config {
      * stderr (the default elsewhere: the CLI keeps stdout for its summary) or off
      */
     metrics: 'stdout' | 'stderr' | 'off';
-    /** X-Ray tracing with Powertools Tracer (src/tracing.ts): OUTBOX_TRACING, off by default */
+    /** X-Ray tracing with Powertools Tracer (src/lambda/tracing.ts): OUTBOX_TRACING, off by default */
     tracing: boolean;
   };
   /**
    * OUTBOX_FANOUT_MAX: up to this many invocations work at once on a backlog, the schedule's and
-   * the helpers it starts (src/fanout.ts); 1 = off
+   * the helpers it starts (src/lambda/fanout.ts); 1 = off
    */
   fanoutMax: number;
   /**

@@ -13,7 +13,7 @@
 //            the same records once more, charge no row
 //   auth     the broker refused our credentials (rotated): read the secret again, reconnect, retry once
 //   broker   the broker or the network is down or too slow: stop the invocation, charge no row
-import type { KafkaAuth } from '../config.ts';
+import type { KafkaAuth } from '../config/types.ts';
 import { BrokerUnavailableError, DeadlineExceededError, KafkaClientLoadError, MessageRejectedError, MskIamError, UnexpectedKafkaError, type RelayError } from '../errors.ts';
 import { tlsRefusal } from '../transport.ts';
 

@@ -6,7 +6,7 @@
 // configured library (kafkajs is ~280 KB of the minified bundle, @platformatic/kafka and its
 // dependencies ~760 KB), which scripts/build.mjs puts in chunks of their own.
 // docs/benchmarks/cold-start.md measured what that saves.
-import type { Config, KafkaClientName } from '../config.ts';
+import type { Config, KafkaClientName } from '../config/types.ts';
 import { KafkaClientLoadError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import { ProducerPublisher, type KafkaClient, type PublisherOptions } from './producer-publisher.ts';

@@ -7,7 +7,7 @@
 // retried once, a broker that is down stops the invocation. And a producer never outlives a
 // failed send (see sendOnce).
 import type { Deadline } from '../budget.ts';
-import type { Config } from '../config.ts';
+import type { Config } from '../config/types.ts';
 import type { KafkaLogin, Metadata, OutboxRow } from '../domain.ts';
 import { DeadlineExceededError, type MessageRejectedError } from '../errors.ts';
 import type { Logger } from '../log.ts';

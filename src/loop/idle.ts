@@ -27,7 +27,7 @@ export const RECLAIM_MS = 2_000;
 
 export type WakeReason = 'notified' | 'probe' | 'reclaim';
 
-/** how it learns of new rows (notify unless a pooler sits in between: config.ts, runtime.ts) and OUTBOX_POLL_MS */
+/** how it learns of new rows (notify unless a pooler sits in between: config/load.ts, lambda/runtime.ts) and OUTBOX_POLL_MS */
 export interface IdleOptions {
   /** how a waiting invocation learns of new rows: LISTEN/NOTIFY, or a probe every pollMs */
   wake: 'notify' | 'poll';

@@ -1,6 +1,6 @@
 // Settling a batch (pure): the broker's acks and rejections become the marks, attempts and parks
 // that the batch's transaction writes before its COMMIT.
-import { backoffMs, shouldPark } from '../backoff.ts';
+import { backoffMs, shouldPark } from './backoff.ts';
 import type { MessageRejectedError } from '../errors.ts';
 
 /** One failed attempt of a row: why, when to try again, or park it. */

@@ -2,7 +2,7 @@
 // (COMMIT on the wire, the connection maybe handed to the next batch) → ended. Its states and how
 // a transaction is ended: docs/DESIGN.md, "The batch transaction's states".
 import type { Deadline } from '../budget.ts';
-import { socketsFlushed } from '../event-loop.ts';
+import { socketsFlushed } from '../loop/event-loop.ts';
 import type { BatchTransaction, ClaimFilter, ClaimedRow } from '../loop/ports.ts';
 import type { Failure } from '../loop/settlement.ts';
 import type { Connections } from './connections.ts';

@@ -39,7 +39,7 @@ export interface StoreOptions {
 }
 
 /**
- * The claim's bounds when not given: the configuration's defaults (src/config.ts). A payload over
+ * The claim's bounds when not given: the configuration's defaults (src/config/load.ts). A payload over
  * 1 MiB (the broker's default message.max.bytes) is read by a second statement once its topic allows it.
  */
 export const DEFAULT_CLAIM_BYTES: q.ClaimBytes = { batch: 64 * 1024 * 1024, payload: 1_048_576 };

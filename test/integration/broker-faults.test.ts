@@ -8,7 +8,7 @@ import { MIN_SAFETY_MARGIN_MS } from '../../src/budget.ts';
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Sql } from 'postgres';
-import type { Summary } from '../../src/relay.ts';
+import type { Summary } from '../../src/loop/invocation.ts';
 import {
   consumeAll,
   counts,

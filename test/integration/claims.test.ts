@@ -7,12 +7,12 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { Deadline } from '../../src/budget.ts';
-import { loadConfig } from '../../src/config.ts';
+import { loadConfig } from '../../src/config/load.ts';
 import { toMessage, tooLarge } from '../../src/kafka/message.ts';
 import { createLogger } from '../../src/log.ts';
 import type { Publisher, Store } from '../../src/loop/ports.ts';
 import { parseTableName, qualified, sentTable } from '../../src/outbox/identifier.ts';
-import { runInvocation } from '../../src/relay.ts';
+import { runInvocation } from '../../src/loop/invocation.ts';
 import { migrate } from '../../src/outbox/migrate.ts';
 import { OutboxStore } from '../../src/outbox/store.ts';
 import { consumeAll, fileDb, firstCopyOrder, fixture, insertEvents, invokeOk, isSorted, seqsById, uniqueName } from './helpers.ts';

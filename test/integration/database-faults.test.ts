@@ -8,14 +8,14 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Sql } from 'postgres';
-import { loadConfig } from '../../src/config.ts';
+import { loadConfig } from '../../src/config/load.ts';
 import { Deadline } from '../../src/budget.ts';
 import { openConnections } from '../../src/outbox/client.ts';
 import { DatabaseError } from '../../src/errors.ts';
 import { createLogger } from '../../src/log.ts';
 import { isConnectionLost } from '../../src/outbox/db-errors.ts';
-import type { Summary } from '../../src/relay.ts';
-import { Runtime } from '../../src/runtime.ts';
+import type { Summary } from '../../src/loop/invocation.ts';
+import { Runtime } from '../../src/lambda/runtime.ts';
 import {
   ADMIN_DATABASE_URL,
   consumeAll,

@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { rmSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import type { Sql } from 'postgres';
-import { helperMarker } from '../../src/fanout.ts';
+import { helperMarker } from '../../src/lambda/fanout.ts';
 import { consumeAll, copiesById, counts, db, firstCopyOrder, fixture, insertEvents, isSorted, runCli, seqsById, type Fixture } from './helpers.ts';
 import { Emulator, packagedFunction, scheduledEvent } from './lambda-emulator.ts';
 import { LambdaInvokeApi, type Recorded } from './lambda-invoke-api.ts';

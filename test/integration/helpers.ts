@@ -319,7 +319,7 @@ export interface RunningCli {
 /** Run the outbox-relay CLI in a child process with exactly the given environment (plus PATH/HOME). */
 export function startCli(args: string[], env: Record<string, string>): RunningCli {
   const started = Date.now();
-  const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'src', 'cli.ts'), ...args], {
+  const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'src', 'cli', 'main.ts'), ...args], {
     cwd: ROOT,
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', AWS_REGION: 'us-east-1', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

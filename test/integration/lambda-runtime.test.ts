@@ -59,7 +59,7 @@ async function emulator(f: Fixture, timeoutSeconds: number, env: Record<string, 
   return e;
 }
 
-/** The packages of the X-Ray tracer, which src/handler.ts imports only with OUTBOX_TRACING=true. */
+/** The packages of the X-Ray tracer, which src/lambda/handler.ts imports only with OUTBOX_TRACING=true. */
 const TRACER = ['@aws-lambda-powertools/tracer', 'aws-xray-sdk-core'];
 
 /**
@@ -177,7 +177,7 @@ describe('the packaged zip under the Lambda Runtime Interface Emulator', () => {
       assert.ok(!packages.has(library[other]), `${client}: no code of ${library[other]} was loaded; loaded: ${files.join(', ')}`);
       // tracing is off by default: none of the tracer's code either
       assert.ok(!TRACER.some((p) => packages.has(p)) && !files.some((file) => file.startsWith('chunks/tracing-')), `${client}: no tracer code without OUTBOX_TRACING; loaded: ${files.join(', ')}`);
-      // fan-out is off by default: none of the Lambda client's code (src/fanout-invoke.ts) either
+      // fan-out is off by default: none of the Lambda client's code (src/lambda/fanout-invoke.ts) either
       assert.ok(!packages.has('@aws-sdk/client-lambda'), `${client}: no @aws-sdk/client-lambda code without OUTBOX_FANOUT_MAX; loaded: ${files.join(', ')}`);
       await e.stop();
     }

@@ -7,13 +7,13 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Sql } from 'postgres';
 import { MIN_SAFETY_MARGIN_MS } from '../../src/budget.ts';
-import { loadConfig } from '../../src/config.ts';
-import { enqueue } from '../../src/enqueue.ts';
+import { loadConfig } from '../../src/config/load.ts';
+import { enqueue } from '../../src/outbox/enqueue.ts';
 import { createLogger } from '../../src/log.ts';
 import { notifyChannel, parseTableName, qualified } from '../../src/outbox/identifier.ts';
 import { loadMigrations, migrate, render } from '../../src/outbox/migrate.ts';
-import type { Summary } from '../../src/relay.ts';
-import { Runtime } from '../../src/runtime.ts';
+import type { Summary } from '../../src/loop/invocation.ts';
+import { Runtime } from '../../src/lambda/runtime.ts';
 import { startPgProxy } from './pg-proxy.ts';
 import { ADMIN_DATABASE_URL, counts, db, DATABASE_URL, firstCopyOrder, fixture, isSorted, seqsById, startWatching, uniqueName, type Fixture } from './helpers.ts';
 

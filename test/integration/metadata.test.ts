@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { Kafka, type CloudEvent, type KafkaMessage } from 'cloudevents';
 import { parseTableName } from '../../src/domain.ts';
-import { enqueue } from '../../src/enqueue.ts';
+import { enqueue } from '../../src/outbox/enqueue.ts';
 import { qualified } from '../../src/outbox/identifier.ts';
 import { consumeAll, createTopics, fileDb, fixture, insertEvents, invokeOk as invoke, rowById, rowStates, type Consumed, type Fixture } from './helpers.ts';
 

@@ -19,10 +19,10 @@ import tls from 'node:tls';
 import kafkajs from 'kafkajs';
 import { generateAuthToken } from 'aws-msk-iam-sasl-signer-js';
 import type { Sql } from 'postgres';
-import { loadConfig } from '../../src/config.ts';
+import { loadConfig } from '../../src/config/load.ts';
 import type { MskIamTokens } from '../../src/kafka/msk-iam.ts';
 import { createLogger } from '../../src/log.ts';
-import { Runtime } from '../../src/runtime.ts';
+import { Runtime } from '../../src/lambda/runtime.ts';
 import { consumeAll, counts, db, fixture, idsOf, insertEvents, invokeOk, rowStates, runCli, TLS_CA, useKafka, type Fixture } from './helpers.ts';
 import { startPrivateBroker, type PrivateBroker } from './private-broker.ts';
 

@@ -10,11 +10,11 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { CreateSecretCommand, DeleteSecretCommand, PutSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
-import { loadConfig } from '../../src/config.ts';
+import { loadConfig } from '../../src/config/load.ts';
 import { BrokerUnavailableError } from '../../src/errors.ts';
 import { createLogger } from '../../src/log.ts';
-import { Runtime } from '../../src/runtime.ts';
-import { SecretsManagerSource } from '../../src/secrets.ts';
+import { Runtime } from '../../src/lambda/runtime.ts';
+import { SecretsManagerSource } from '../../src/lambda/secrets.ts';
 import { startKafkaProxy } from './kafka-proxy.ts';
 import { startPgProxy, type PgProxyConnection } from './pg-proxy.ts';
 import {

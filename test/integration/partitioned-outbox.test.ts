@@ -7,12 +7,12 @@
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import type { Sql } from 'postgres';
-import { loadConfig } from '../../src/config.ts';
+import { loadConfig } from '../../src/config/load.ts';
 import { createLogger } from '../../src/log.ts';
 import { migrate, render } from '../../src/outbox/migrate.ts';
 import { parseTableName } from '../../src/outbox/identifier.ts';
-import { Runtime } from '../../src/runtime.ts';
-import type { Summary } from '../../src/relay.ts';
+import { Runtime } from '../../src/lambda/runtime.ts';
+import type { Summary } from '../../src/loop/invocation.ts';
 import {
   ADMIN_DATABASE_URL, DATABASE_URL, consumeAll, copiesById, db, fileDb, firstCopyOrder, fixture, insertEvents, isSorted, outboxTableOf,
   runCli, seqsById, sentTableOf, uniqueName, type Fixture,

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { Deadline } from '../../src/budget.ts';
-import { loadConfig } from '../../src/config.ts';
+import { loadConfig } from '../../src/config/load.ts';
 import { createPublisher } from '../../src/kafka/clients.ts';
 import { createLogger } from '../../src/log.ts';
 import type { OutboundMessage, Publisher } from '../../src/loop/ports.ts';

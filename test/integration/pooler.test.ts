@@ -11,12 +11,12 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import postgres, { type Sql } from 'postgres';
 import { Deadline, MIN_SAFETY_MARGIN_MS } from '../../src/budget.ts';
-import { loadConfig } from '../../src/config.ts';
+import { loadConfig } from '../../src/config/load.ts';
 import { DatabaseError } from '../../src/errors.ts';
 import type { Logger } from '../../src/log.ts';
 import { OutboxStore } from '../../src/outbox/store.ts';
 import { parseTableName } from '../../src/outbox/identifier.ts';
-import { Runtime } from '../../src/runtime.ts';
+import { Runtime } from '../../src/lambda/runtime.ts';
 import { consumeAll, copiesById, counts, fileDb, DATABASE_URL, firstCopyOrder, fixture, insertEvents, isSorted, POOLER_DATABASE_URL, ROOT, runCli, sentTableOf, seqsById } from './helpers.ts';
 
 const POOLER_WARNING = 'the database connection goes through a connection pooler or proxy';

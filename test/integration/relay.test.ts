@@ -7,11 +7,12 @@ import { describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Sql } from 'postgres';
 import { Deadline } from '../../src/budget.ts';
-import { loadConfig, type Config } from '../../src/config.ts';
+import { loadConfig } from '../../src/config/load.ts';
+import { type Config } from '../../src/config/types.ts';
 import { createLogger } from '../../src/log.ts';
 import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
-import type { Summary } from '../../src/relay.ts';
-import { Runtime } from '../../src/runtime.ts';
+import type { Summary } from '../../src/loop/invocation.ts';
+import { Runtime } from '../../src/lambda/runtime.ts';
 import { RuntimeWith, UnguardedStore } from '../../bench/stores.ts';
 import { startPgProxy, type PgProxyConnection } from './pg-proxy.ts';
 import {

@@ -3,13 +3,13 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { Deadline } from '../../src/budget.ts';
-import { loadConfig } from '../../src/config.ts';
-import { enqueue } from '../../src/enqueue.ts';
+import { loadConfig } from '../../src/config/load.ts';
+import { enqueue } from '../../src/outbox/enqueue.ts';
 import { createLogger } from '../../src/log.ts';
 import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
 import { loadMigrations, migrate } from '../../src/outbox/migrate.ts';
 import { heldGapsSql } from '../../src/outbox/sql.ts';
-import { Runtime } from '../../src/runtime.ts';
+import { Runtime } from '../../src/lambda/runtime.ts';
 import { DATABASE_URL, consumeAll, counts, createTopics, fileDb, fixture, insertEvents, markedIds, sentTableOf, startCli, uniqueName } from './helpers.ts';
 
 const sql = fileDb();

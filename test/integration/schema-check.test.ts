@@ -6,13 +6,13 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Sql } from 'postgres';
-import { loadConfig } from '../../src/config.ts';
+import { loadConfig } from '../../src/config/load.ts';
 import { DatabaseError } from '../../src/errors.ts';
 import { createLogger } from '../../src/log.ts';
 import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
 import { dropOutbox, loadMigrations, migrate, render } from '../../src/outbox/migrate.ts';
-import type { Summary } from '../../src/relay.ts';
-import { Runtime } from '../../src/runtime.ts';
+import type { Summary } from '../../src/loop/invocation.ts';
+import { Runtime } from '../../src/lambda/runtime.ts';
 import { ADMIN_DATABASE_URL, DATABASE_URL, db, fixture, insertEvents, runCli, sentTableOf, topicCount, uniqueName, type Fixture } from './helpers.ts';
 
 let sql: Sql;

@@ -11,10 +11,10 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { CreateSecretCommand, DeleteSecretCommand, PutSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
-import { loadConfig } from '../../src/config.ts';
+import { loadConfig } from '../../src/config/load.ts';
 import { createLogger } from '../../src/log.ts';
-import { Runtime } from '../../src/runtime.ts';
-import { SecretsManagerSource } from '../../src/secrets.ts';
+import { Runtime } from '../../src/lambda/runtime.ts';
+import { SecretsManagerSource } from '../../src/lambda/secrets.ts';
 import {
   ADMIN_DATABASE_URL,
   AWS_ENDPOINT_URL,

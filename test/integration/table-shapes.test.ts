@@ -7,15 +7,15 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { Deadline } from '../../src/budget.ts';
-import { loadConfig } from '../../src/config.ts';
+import { loadConfig } from '../../src/config/load.ts';
 import { DatabaseError } from '../../src/errors.ts';
 import { createLogger } from '../../src/log.ts';
 import { retryParked, skipParked } from '../../src/outbox/admin.ts';
 import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
 import * as q from '../../src/outbox/sql.ts';
 import { OutboxStore, type SentRowsMode } from '../../src/outbox/store.ts';
-import type { Summary } from '../../src/relay.ts';
-import { Runtime } from '../../src/runtime.ts';
+import type { Summary } from '../../src/loop/invocation.ts';
+import { Runtime } from '../../src/lambda/runtime.ts';
 import { consumeAll, copiesById, fileDb, firstCopyOrder, fixture, insertEvents, isSorted, partitionByRange, sentTableOf, topicCount, type Fixture } from './helpers.ts';
 
 const sql = fileDb();

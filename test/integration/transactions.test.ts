@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import postgres, { type Sql } from 'postgres';
 import { BUDGET, Deadline, MIN_SAFETY_MARGIN_MS } from '../../src/budget.ts';
-import { loadConfig } from '../../src/config.ts';
+import { loadConfig } from '../../src/config/load.ts';
 import { BrokerUnavailableError, DatabaseError } from '../../src/errors.ts';
 import { createLogger } from '../../src/log.ts';
 import { backlog, UnconfirmedRollbackError } from '../../src/outbox/admin.ts';
@@ -16,7 +16,7 @@ import { CLIENT_OPTIONS } from '../../src/outbox/client.ts';
 import { migrate } from '../../src/outbox/migrate.ts';
 import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
 import { OutboxStore } from '../../src/outbox/store.ts';
-import { Runtime } from '../../src/runtime.ts';
+import { Runtime } from '../../src/lambda/runtime.ts';
 import { startPgProxy } from './pg-proxy.ts';
 import { ADMIN_DATABASE_URL, DATABASE_URL, consumeAll, db, fixture, insertEvents, sentTableOf, topicCount, uniqueName } from './helpers.ts';
 

@@ -2,7 +2,7 @@
 // (test/model/model.test.ts says what it checks and why). A scenario is plain data (steps), so
 // that fast-check can generate and shrink it and a regression test can replay a counterexample
 // literally. Everything here is real except Kafka: the relay loop (runInvocation), OutboxStore on a
-// postgres.js client per relay (built as src/runtime.ts builds its client, and replaced when the
+// postgres.js client per relay (built as src/lambda/runtime.ts builds its client, and replaced when the
 // Runtime would replace it), the migrations, the operator functions of src/outbox/admin.ts. The
 // publisher is a fake whose outcome per publish call the scenario chooses; it records every ack
 // with the transaction of the batch it belongs to (G1) and checks every first publication against
@@ -15,7 +15,8 @@ import { randomBytes } from 'node:crypto';
 import { appendFileSync } from 'node:fs';
 import postgres, { type ReservedSql, type Sql } from 'postgres';
 import { Deadline } from '../../src/budget.ts';
-import { loadConfig, type Config } from '../../src/config.ts';
+import { loadConfig } from '../../src/config/load.ts';
+import { type Config } from '../../src/config/types.ts';
 import { claimColumns, CREATED_EPOCH, settingColumns, type ClaimColumn, type Metadata, type OutboxRow, type ParkedPolicy } from '../../src/domain.ts';
 import { BrokerUnavailableError, DatabaseError, MessageRejectedError, RelayError } from '../../src/errors.ts';
 import { toMessage, tooLarge } from '../../src/kafka/message.ts';
@@ -29,7 +30,7 @@ import { dropOutbox, migrate } from '../../src/outbox/migrate.ts';
 import { CLIENT_OPTIONS } from '../../src/outbox/client.ts';
 import { isConnectionLost } from '../../src/outbox/db-errors.ts';
 import { OutboxStore } from '../../src/outbox/store.ts';
-import { runInvocation, type Summary } from '../../src/relay.ts';
+import { runInvocation, type Summary } from '../../src/loop/invocation.ts';
 
 export const DATABASE_URL = process.env.TEST_DATABASE_URL ?? 'postgres://outbox:outbox@127.0.0.1:5432/outbox';
 /** the relays' OUTBOX_MAX_BATCH_BYTES: smaller than three of the model's payloads (insertInto) */
@@ -323,7 +324,7 @@ export async function terminateLeftovers(admin: Sql): Promise<number> {
   return rows.length;
 }
 
-/** One relay: a postgres.js client built as src/runtime.ts builds it, warm across invocations. */
+/** One relay: a postgres.js client built as src/lambda/runtime.ts builds it, warm across invocations. */
 class RelaySlot {
   sql: Sql | undefined;
   store: OutboxStore | undefined;
@@ -372,7 +373,7 @@ class RelaySlot {
     // a batch bound of 100 bytes against payloads of 19, 39 and 59 (insertInto): a claim of three
     // rows from one insert is cut to two, so the cut is checked with every other mechanism
     // and the settings' statements: the mark of OUTBOX_SENT_ROWS, the columns the metadata and the
-    // placement make the claim read (as src/runtime.ts builds its store)
+    // placement make the claim read (as src/lambda/runtime.ts builds its store)
     const metadata = this.world.metadata;
     this.store = new OutboxStore(client, this.world.tableName, policy, {
       prepare: true,
@@ -1060,7 +1061,7 @@ export class World {
           return { index: r.index, spec: r.spec, claims: r.store.claims, summary, mayFail: r.mayFail, faulted: r.faulted };
         } catch (error) {
           const summary = (error as { summary?: Summary }).summary;
-          // src/runtime.ts (Runtime.invoke): a connection found closed before anything was claimed
+          // src/lambda/runtime.ts (Runtime.invoke): a connection found closed before anything was claimed
           // or published is reconnected once, with a new client, within the same deadline
           if (!reconnected && error instanceof DatabaseError && (isConnectionLost(error.cause) || r.slot.lost) && summary?.batches === 0 && summary.published === 0) {
             this.log(`inv${first + r.index} (relay${r.spec.relay}): ${error.message}; reconnecting once, as the Runtime does`);

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { backoffMs, shouldPark } from '../../src/backoff.ts';
+import { backoffMs, shouldPark } from '../../src/loop/backoff.ts';
 
 describe('backoff', () => {
   it('grows exponentially between half and all of base*2^(n-1), capped', () => {

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { BUDGET, MIN_SAFETY_MARGIN_MS } from '../../src/budget.ts';
-import { defaultMaxBatchBytes, loadConfig } from '../../src/config.ts';
+import { defaultMaxBatchBytes, loadConfig } from '../../src/config/load.ts';
 import { DEFAULT_CLAIM_BYTES } from '../../src/outbox/store.ts';
 import { ConfigError } from '../../src/errors.ts';
 import { createLogger } from '../../src/log.ts';

@@ -1,4 +1,4 @@
-// Where the relay connects (src/outbox/client.ts, DatabaseTarget; src/secrets.ts): an RDS-style
+// Where the relay connects (src/outbox/client.ts, DatabaseTarget; src/lambda/secrets.ts): an RDS-style
 // JSON secret's fields become postgres.js options as they are, never parts of a URL, so a host
 // that holds URL syntax cannot add connection parameters, hosts or a port. postgres.js builds a
 // client without connecting, so its parsed options show what it would send.
@@ -7,7 +7,7 @@ import { describe, it } from 'node:test';
 import postgres from 'postgres';
 import { SecretError } from '../../src/errors.ts';
 import { CLIENT_OPTIONS, clientFor } from '../../src/outbox/client.ts';
-import { databaseTargetFromSecret } from '../../src/secrets.ts';
+import { databaseTargetFromSecret } from '../../src/lambda/secrets.ts';
 
 const rds = (over: Record<string, unknown> = {}) => JSON.stringify({ username: 'relay', password: 'pw', host: 'db.example.com', port: 5432, dbname: 'app', engine: 'postgres', ...over });
 

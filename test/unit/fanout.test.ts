@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { Metrics } from '@aws-lambda-powertools/metrics';
-import { loadConfig } from '../../src/config.ts';
+import { loadConfig } from '../../src/config/load.ts';
 import { ConfigError } from '../../src/errors.ts';
-import { fanOut, helperEvent, helperMarker, helpersWanted } from '../../src/fanout.ts';
+import { fanOut, helperEvent, helperMarker, helpersWanted } from '../../src/lambda/fanout.ts';
 import type { Logger } from '../../src/log.ts';
 import { newSummary } from '../../src/loop/summary.ts';
 import type { Backlog } from '../../src/outbox/admin.ts';

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { CloudEvent, Kafka, type KafkaMessage } from 'cloudevents';
 import { DEFAULT_ROUTER, NO_METADATA, claimColumns, relayHeaders, topicFor, type Metadata, type OutboxRow, type RouterOptions } from '../../src/domain.ts';
-import { tracingSpanContext } from '../../src/enqueue.ts';
+import { tracingSpanContext } from '../../src/outbox/enqueue.ts';
 import { MessageRejectedError } from '../../src/errors.ts';
 import { BATCH_OVERHEAD_BYTES, compactJson, compressionSlack, createdAtMs, encodedSize, javaDouble, javaProperties, recordBytes, splitBySize, toMessage, traceContext } from '../../src/kafka/message.ts';
 import type { OutboundMessage } from '../../src/loop/ports.ts';

@@ -1,9 +1,9 @@
 // What a row may choose (src/loop/row-rules.ts): the topic prefix, the reserved header names, the
-// header count and size; and their settings (src/config.ts). How a row breaking one is parked
+// header count and size; and their settings (src/config/load.ts). How a row breaking one is parked
 // while its batch is delivered: test/integration/row-rules.test.ts.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { loadConfig } from '../../src/config.ts';
+import { loadConfig } from '../../src/config/load.ts';
 import { RELAY_HEADERS, templateHead, type OutboxRow } from '../../src/domain.ts';
 import { ConfigError } from '../../src/errors.ts';
 import { toMessage } from '../../src/kafka/message.ts';
@@ -93,7 +93,7 @@ describe('brokenRule: headers', () => {
   });
 });
 
-describe('OUTBOX_TOPIC_PREFIX and the header settings (src/config.ts)', () => {
+describe('OUTBOX_TOPIC_PREFIX and the header settings (src/config/load.ts)', () => {
   const base = { DATABASE_URL: 'postgres://u:p@127.0.0.1:5432/db', KAFKA_BROKERS: '127.0.0.1:9092' };
   const problems = (env: Record<string, string>): string[] => {
     try {

@@ -11,8 +11,9 @@ import { dirname, join } from 'node:path';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { parse } from 'yaml';
-import { loadConfig, type Config } from '../../src/config.ts';
-import { METRICS } from '../../src/metrics.ts';
+import { loadConfig } from '../../src/config/load.ts';
+import { type Config } from '../../src/config/types.ts';
+import { METRICS } from '../../src/lambda/metrics.ts';
 import { databaseTls } from '../../src/transport.ts';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -98,10 +99,10 @@ describe('serverless.yml', () => {
   });
 
   it('sets only environment variables the relay reads', () => {
-    const configSource = readFileSync(join(root, 'src', 'config.ts'), 'utf8');
+    const configSource = readFileSync(join(root, 'src', 'config', 'load.ts'), 'utf8');
     for (const name of Object.keys(sls.provider.environment)) {
       if (name === 'NODE_OPTIONS' || name === 'NODE_EXTRA_CA_CERTS') continue; // read by Node itself
-      assert.ok(configSource.includes(`'${name}'`), `${name} is not read by src/config.ts`);
+      assert.ok(configSource.includes(`'${name}'`), `${name} is not read by src/config/load.ts`);
     }
   });
 
@@ -137,7 +138,7 @@ describe('serverless.yml', () => {
 /** Variables serverless.yml sets with no default on either side: packaging fails without them. */
 const REQUIRED = ['DATABASE_SECRET_ID', 'KAFKA_BROKERS'];
 
-/** Variables for Node itself, not the relay (src/config.ts does not read them). */
+/** Variables for Node itself, not the relay (src/config/load.ts does not read them). */
 const READ_BY_NODE: Record<string, string> = {
   NODE_OPTIONS: 'source-mapped stack traces (--enable-source-maps)',
   NODE_EXTRA_CA_CERTS: "the Amazon RDS CAs, which Lambda's Node runtime ships in /var/runtime/ca-cert.pem but does not load, for DATABASE_SSL=verify-full",
@@ -375,7 +376,7 @@ describe('serverless.yml: alarms', () => {
     }
   });
 
-  it("the relay's alarms read the metrics the function emits: its namespace, its service and stage, metric names src/metrics.ts defines", () => {
+  it("the relay's alarms read the metrics the function emits: its namespace, its service and stage, metric names src/lambda/metrics.ts defines", () => {
     for (const stage of ['prod', 'staging']) {
       const t = deployed({ metricsNamespace: 'Team/Outbox' }, stage);
       const env = Object.fromEntries(Object.entries(t.provider.environment).filter(([, v]) => v !== '' && v !== null).map(([k, v]) => [k, String(v as string)]));

@@ -43,7 +43,7 @@ const metafile: Metafile = {
   outputs: {
     'handler.mjs': {
       inputs: {
-        'src/handler.ts': {},
+        'src/lambda/handler.ts': {},
         'node_modules/alpha/index.js': {},
         'node_modules/@scope/beta/dist/esm/index.js': {},
         'node_modules/alpha/node_modules/gamma/index.js': {},

@@ -1,4 +1,4 @@
-// Secure transport by default (src/transport.ts and where config.ts and runtime.ts apply it): TLS
+// Secure transport by default (src/transport.ts and where config/load.ts and lambda/runtime.ts apply it): TLS
 // to Postgres verified unless the host is this machine, TLS to Kafka whenever the relay logs in
 // to brokers off this machine, no login in the clear to another machine unless
 // OUTBOX_ALLOW_PLAINTEXT_LOGIN=true says so, and a warning at start for every setting that
@@ -8,11 +8,11 @@
 import assert from 'node:assert/strict';
 import net from 'node:net';
 import { describe, it } from 'node:test';
-import { loadConfig } from '../../src/config.ts';
+import { loadConfig } from '../../src/config/load.ts';
 import { ConfigError, DatabaseError } from '../../src/errors.ts';
 import { createLogger } from '../../src/log.ts';
-import { Runtime } from '../../src/runtime.ts';
-import type { SecretSource } from '../../src/secrets.ts';
+import { Runtime } from '../../src/lambda/runtime.ts';
+import type { SecretSource } from '../../src/lambda/secrets.ts';
 import { parseDatabaseUrl } from '../../src/database-url.ts';
 import {
   databasePlaintextProblem,

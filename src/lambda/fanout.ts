@@ -5,10 +5,10 @@
 // starts another. The rows' locks (FOR UPDATE SKIP LOCKED) share the work, as between ticks.
 import type { Metrics } from '@aws-lambda-powertools/metrics';
 import type { Context } from 'aws-lambda';
-import type { Logger } from './log.ts';
-import type { Summary } from './loop/summary.ts';
+import type { Logger } from '../log.ts';
+import type { Summary } from '../loop/summary.ts';
 import { METRICS, type MetricName } from './metrics.ts';
-import type { Backlog } from './outbox/admin.ts';
+import type { Backlog } from '../outbox/admin.ts';
 import { helperMarker } from './relay-event.ts';
 
 // the events, in a module of their own that metrics.ts and fanout-invoke.ts read too (no import circle)

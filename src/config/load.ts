@@ -1,6 +1,6 @@
 // The only reader of process.env. Turns the environment into a typed, validated Config and
 // reports every problem at once, each naming the variable and the form it expects.
-import { BUDGET, MIN_SAFETY_MARGIN_MS } from './budget.ts';
+import { BUDGET, MIN_SAFETY_MARGIN_MS } from '../budget.ts';
 import {
   DEFAULT_MAX_HEADER_BYTES,
   DEFAULT_MAX_HEADERS,
@@ -25,18 +25,17 @@ import {
   type RouterOptions,
   type RowRules,
   type TableName,
-} from './domain.ts';
-import { ConfigError } from './errors.ts';
-import { LOG_LEVELS, type LogLevel } from './log.ts';
-import { TEST_HOOKS } from './test-hooks.ts';
-import { ALLOW_PLAINTEXT_LOGIN, DATABASE_SSL_MODES, databasePlaintextProblem, databaseTls, kafkaPlaintextProblem, kafkaTlsDefault, parseBroker } from './transport.ts';
-import { judgedHosts, parseDatabaseUrl, type DatabaseUrl } from './database-url.ts';
-import { EnvReader, type Env } from './config/env-reader.ts';
-import { KAFKA_AUTHS, KAFKA_CLIENTS, type Config, type KafkaAuth, type KafkaClientName } from './config/types.ts';
-import { uriReferenceProblem } from './config/uri-reference.ts';
+} from '../domain.ts';
+import { ConfigError } from '../errors.ts';
+import { LOG_LEVELS, type LogLevel } from '../log.ts';
+import { TEST_HOOKS } from '../test-hooks.ts';
+import { ALLOW_PLAINTEXT_LOGIN, DATABASE_SSL_MODES, databasePlaintextProblem, databaseTls, kafkaPlaintextProblem, kafkaTlsDefault, parseBroker } from '../transport.ts';
+import { judgedHosts, parseDatabaseUrl, type DatabaseUrl } from '../database-url.ts';
+import { EnvReader, type Env } from './env-reader.ts';
+import { KAFKA_AUTHS, KAFKA_CLIENTS, type Config, type KafkaAuth, type KafkaClientName } from './types.ts';
+import { uriReferenceProblem } from './uri-reference.ts';
 
 // the Config's shape lives in config/types.ts; importers keep naming this file
-export { KAFKA_AUTHS, KAFKA_CLIENTS, type Config, type KafkaAuth, type KafkaClientName } from './config/types.ts';
 
 export const DEFAULT_TOPIC_TEMPLATE = 'outbox.event.{aggregatetype}';
 

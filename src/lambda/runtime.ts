@@ -2,23 +2,23 @@
 // created once and reused by warm invocations, and re-created only when broken (a statement
 // abandoned at the deadline, refused credentials after a rotation).
 import type { Sql } from 'postgres';
-import { Deadline } from './budget.ts';
-import type { Config } from './config.ts';
-import { claimColumns, settingColumns, type KafkaCredentials, type MskIamLogin } from './domain.ts';
-import { BrokerUnavailableError, ConfigError, DatabaseError, DeadlineExceededError } from './errors.ts';
-import { createPublisher, preloadKafkaClient } from './kafka/clients.ts';
-import { MskIamTokens } from './kafka/msk-iam.ts';
-import type { Logger } from './log.ts';
-import type { Publisher } from './loop/ports.ts';
-import { backlog, UnconfirmedRollbackError, type Backlog } from './outbox/admin.ts';
-import { CLIENT_OPTIONS, clientFor, endClient, type DatabaseTarget } from './outbox/client.ts';
-import { isAuthError, isConnectionLost, wrapDbError } from './outbox/db-errors.ts';
-import { OutboxStore, type StoreOptions } from './outbox/store.ts';
-import { runInvocation, type Summary } from './relay.ts';
+import { Deadline } from '../budget.ts';
+import type { Config } from '../config/types.ts';
+import { claimColumns, settingColumns, type KafkaCredentials, type MskIamLogin } from '../domain.ts';
+import { BrokerUnavailableError, ConfigError, DatabaseError, DeadlineExceededError } from '../errors.ts';
+import { createPublisher, preloadKafkaClient } from '../kafka/clients.ts';
+import { MskIamTokens } from '../kafka/msk-iam.ts';
+import type { Logger } from '../log.ts';
+import type { Publisher } from '../loop/ports.ts';
+import { backlog, UnconfirmedRollbackError, type Backlog } from '../outbox/admin.ts';
+import { CLIENT_OPTIONS, clientFor, endClient, type DatabaseTarget } from '../outbox/client.ts';
+import { isAuthError, isConnectionLost, wrapDbError } from '../outbox/db-errors.ts';
+import { OutboxStore, type StoreOptions } from '../outbox/store.ts';
+import { runInvocation, type Summary } from '../loop/invocation.ts';
 import { databaseTargetFromSecret, kafkaCredentialsFromSecret, SecretsManagerSource, type SecretSource } from './secrets.ts';
-import type { RdsAuthTokens } from './rds-iam.ts';
-import { ALLOW_PLAINTEXT_LOGIN, databasePlaintextProblem, databaseTls, databaseTlsWarning, kafkaPlaintextProblem, kafkaTlsWarning, verifyFull, type DatabaseTls } from './transport.ts';
-import { judgedHosts, parseDatabaseUrl, type DatabaseUrl } from './database-url.ts';
+import type { RdsAuthTokens } from '../outbox/rds-iam.ts';
+import { ALLOW_PLAINTEXT_LOGIN, databasePlaintextProblem, databaseTls, databaseTlsWarning, kafkaPlaintextProblem, kafkaTlsWarning, verifyFull, type DatabaseTls } from '../transport.ts';
+import { judgedHosts, parseDatabaseUrl, type DatabaseUrl } from '../database-url.ts';
 
 export class Runtime {
   private sql: Sql | undefined;
@@ -65,7 +65,7 @@ export class Runtime {
   private iam: RdsAuthTokens | undefined;
 
   /**
-   * The tokens for the target's login, after the checks config.ts makes of a DATABASE_URL (a
+   * The tokens for the target's login, after the checks config/load.ts makes of a DATABASE_URL (a
    * secret's target is known only now): one host, a user (TLS: database() checked it). One token is
    * signed at once, so that missing credentials or region fail here, saying what to check, before
    * any connection. The signer is loaded only for DATABASE_AUTH=iam.
@@ -75,7 +75,7 @@ export class Runtime {
     if (url && url.hosts.length !== 1) throw new ConfigError([`DATABASE_AUTH=iam signs a token for one host, and ${source} names several: name the one endpoint`]);
     const login = 'url' in target ? { host: url!.hosts[0]!, port: url!.ports[0]!, user: url!.user } : { host: target.host, port: target.port, user: target.user };
     if (!login.user) throw new ConfigError([`DATABASE_AUTH=iam needs the database user, as the token is signed for it, and ${source} names none`]);
-    const { RdsAuthTokens } = await import('./rds-iam.ts');
+    const { RdsAuthTokens } = await import('../outbox/rds-iam.ts');
     const tokens = new RdsAuthTokens(login);
     await tokens.sign();
     return tokens;
@@ -103,7 +103,7 @@ export class Runtime {
     const hosts = url ? judgedHosts(url) : 'host' in target ? [target.host] : [];
     const tls = databaseTls(this.config.database.ssl, url?.sslmode, hosts);
     this.warnOnce(databaseTlsWarning(tls));
-    // config.ts refused a DATABASE_URL's plaintext login; a secret's host is known only now
+    // config/load.ts refused a DATABASE_URL's plaintext login; a secret's host is known only now
     const plaintext = databasePlaintextProblem(tls, hosts, this.config.database.auth);
     if (plaintext && !this.config.allowPlaintextLogin) throw new ConfigError([plaintext]);
     this.warnOnce(this.allowedPlaintext(plaintext));
@@ -230,7 +230,7 @@ export class Runtime {
     return { mechanism: 'aws-msk-iam', token: () => tokens.token() };
   }
 
-  /** The Kafka secret's credentials (config.ts refused sending them unencrypted off this machine, unless allowed). */
+  /** The Kafka secret's credentials (config/load.ts refused sending them unencrypted off this machine, unless allowed). */
   private async kafkaCredentials(refresh: boolean, deadline?: Deadline): Promise<KafkaCredentials> {
     const kafka = this.config.kafka;
     return kafkaCredentialsFromSecret(kafka.secretId!, await this.secrets.get(kafka.secretId!, refresh, deadline));
@@ -244,7 +244,7 @@ export class Runtime {
   private outboxConfig(helper: boolean): Config['outbox'] {
     const o = this.config.outbox;
     const wake = !this.prepare && this.config.database.prepare ? 'poll' : o.wake;
-    // a helper of fan-out (src/fanout.ts) never lingers: it ends at its first claim that finds nothing
+    // a helper of fan-out (src/lambda/fanout.ts) never lingers: it ends at its first claim that finds nothing
     const idle = helper ? 'exit' : o.idle;
     return wake === o.wake && idle === o.idle ? o : { ...o, wake, idle };
   }
@@ -309,7 +309,7 @@ export class Runtime {
   }
 
   /**
-   * The backlog figures for the invocation's metrics (src/metrics.ts), read with the client the
+   * The backlog figures for the invocation's metrics (src/lambda/metrics.ts), read with the client the
    * invocation used and never a new one: undefined when there is none, or it is broken (the
    * invocation failed on the database; connecting again could take the rest of the budget).
    * A read that loses the race with `deadline` may still be running, and one whose ROLLBACK was

@@ -1,5 +1,5 @@
 // X-Ray tracing with Powertools Tracer, when OUTBOX_TRACING is on (serverless.yml's `tracing`).
-// src/handler.ts imports this module only then: the tracer and the X-Ray SDK land in chunks of
+// src/lambda/handler.ts imports this module only then: the tracer and the X-Ray SDK land in chunks of
 // their own that a cold start without tracing never loads (docs/DEPLOY.md, "Tracing").
 import { Tracer } from '@aws-lambda-powertools/tracer';
 import { captureLambdaHandler } from '@aws-lambda-powertools/tracer/middleware';

@@ -1,8 +1,8 @@
 // For application code on postgres.js: write an event into the outbox inside the caller's own
 // transaction, so the event exists if and only if the business change committed.
 import type { Sql, TransactionSql } from 'postgres';
-import { parseTableName } from './domain.ts';
-import { qualified } from './outbox/identifier.ts';
+import { parseTableName } from '../domain.ts';
+import { qualified } from './identifier.ts';
 
 export interface OutboxEvent<P = unknown> {
   aggregatetype: string;

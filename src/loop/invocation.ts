@@ -6,22 +6,22 @@
 // - the next batch is claimed while this one is published (NextClaim);
 // - this batch's marks are written, uncommitted, while it is on its way (BatchTransaction.premark);
 // - this batch's COMMIT is written, and its answer read one batch later (CommitChain).
-import { BatchBudget, type Deadline } from './budget.ts';
-import type { Config } from './config.ts';
-import { DatabaseError, DeadlineExceededError } from './errors.ts';
+import { BatchBudget, type Deadline } from '../budget.ts';
+import type { Config } from '../config/types.ts';
+import { DatabaseError, DeadlineExceededError } from '../errors.ts';
 import { socketsFlushed } from './event-loop.ts';
-import type { Logger } from './log.ts';
-import { commitBatch } from './loop/commit-batch.ts';
-import { CommitChain } from './loop/commit-chain.ts';
-import { Idle } from './loop/idle.ts';
-import { NextClaim, type Batch } from './loop/next-claim.ts';
-import { publishBatch } from './loop/publish-batch.ts';
-import { maintainPartitions } from './loop/partitions.ts';
-import { Retention } from './loop/retention.ts';
-import type { BatchTransaction, ClaimedRow, PublishOutcome, Publisher, Store } from './loop/ports.ts';
-import { finish, newSummary, timed, type StopReason, type Summary } from './loop/summary.ts';
-import { clearStaleMarks, markWaiting } from './loop/waiting-marks.ts';
-import { TEST_HOOKS } from './test-hooks.ts';
+import type { Logger } from '../log.ts';
+import { commitBatch } from './commit-batch.ts';
+import { CommitChain } from './commit-chain.ts';
+import { Idle } from './idle.ts';
+import { NextClaim, type Batch } from './next-claim.ts';
+import { publishBatch } from './publish-batch.ts';
+import { maintainPartitions } from './partitions.ts';
+import { Retention } from './retention.ts';
+import type { BatchTransaction, ClaimedRow, PublishOutcome, Publisher, Store } from './ports.ts';
+import { finish, newSummary, timed, type StopReason, type Summary } from './summary.ts';
+import { clearStaleMarks, markWaiting } from './waiting-marks.ts';
+import { TEST_HOOKS } from '../test-hooks.ts';
 
 export type { StopReason, Summary };
 

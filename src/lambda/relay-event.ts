@@ -1,4 +1,4 @@
-// What the function is invoked with: EventBridge's scheduled event, or a fan-out helper's (src/fanout.ts).
+// What the function is invoked with: EventBridge's scheduled event, or a fan-out helper's (src/lambda/fanout.ts).
 // Apart from the fan-out, so that the metrics and the helpers' invoker read it without importing the fan-out.
 import type { ScheduledEvent } from 'aws-lambda';
 

@@ -8,7 +8,7 @@
 // password function then), never cached: a connection opened long after the client was built, or
 // after the credentials were rotated, gets a token as new as itself.
 import { Signer } from '@aws-sdk/rds-signer';
-import { DatabaseError } from './errors.ts';
+import { DatabaseError } from '../errors.ts';
 
 /** Whom a token is for: the endpoint the relay connects to (an RDS instance, cluster or proxy) and the database user. */
 export interface IamLogin {

@@ -1,5 +1,5 @@
 // Starts helpers through Lambda's Invoke API, asynchronously (InvocationType Event: Lambda queues
-// the event and answers 202). src/fanout.ts imports this module only when a scheduled invocation
+// the event and answers 202). src/lambda/fanout.ts imports this module only when a scheduled invocation
 // wants helpers, so a function with fan-out off loads no code of @aws-sdk/client-lambda. The SDK
 // reads AWS_ENDPOINT_URL_LAMBDA itself (the tests' Invoke API endpoint).
 import { InvokeCommand, LambdaClient } from '@aws-sdk/client-lambda';

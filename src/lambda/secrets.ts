@@ -2,10 +2,10 @@
 // fetched again only when the credentials were refused (rotation). Values are never logged and
 // never appear in error messages: errors name the secret id and what is wrong with its shape.
 import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
-import type { Deadline } from './budget.ts';
-import type { KafkaCredentials } from './domain.ts';
-import type { DatabaseTarget } from './outbox/client.ts';
-import { DeadlineExceededError, SecretError } from './errors.ts';
+import type { Deadline } from '../budget.ts';
+import type { KafkaCredentials } from '../domain.ts';
+import type { DatabaseTarget } from '../outbox/client.ts';
+import { DeadlineExceededError, SecretError } from '../errors.ts';
 
 export interface SecretSource {
   /** `deadline`: the invocation's; a Secrets Manager that does not answer before it fails the call (the request itself has timeouts of its own) */

@@ -12,12 +12,12 @@
 import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
 import type middy from '@middy/core';
 import type { Context } from 'aws-lambda';
-import { Deadline } from './budget.ts';
-import type { Config } from './config.ts';
+import { Deadline } from '../budget.ts';
+import type { Config } from '../config/types.ts';
 import type { RelayEvent } from './relay-event.ts';
-import type { Logger } from './log.ts';
-import type { Summary } from './loop/summary.ts';
-import type { Backlog } from './outbox/admin.ts';
+import type { Logger } from '../log.ts';
+import type { Summary } from '../loop/summary.ts';
+import type { Backlog } from '../outbox/admin.ts';
 
 type Unit = (typeof MetricUnit)[keyof typeof MetricUnit];
 type MetricsOptions = NonNullable<ConstructorParameters<typeof Metrics>[0]>;
@@ -45,7 +45,7 @@ export const METRICS = {
   PendingRowsCapped: MetricUnit.Count,
   ParkedRows: MetricUnit.Count,
   ParkedRowsCapped: MetricUnit.Count,
-  // fan-out (OUTBOX_FANOUT_MAX > 1, src/fanout.ts): helpers a scheduled invocation started, those
+  // fan-out (OUTBOX_FANOUT_MAX > 1, src/lambda/fanout.ts): helpers a scheduled invocation started, those
   // it wanted and could not start (throttled, failed), and per helper 1 when it found nothing
   HelpersStarted: MetricUnit.Count,
   HelpersNotStarted: MetricUnit.Count,
@@ -136,7 +136,7 @@ export interface InvocationMetricsDeps {
   /** the backlog figures, read before `deadline`; undefined when no healthy database client is at hand */
   backlog(deadline: Deadline): Promise<Backlog | undefined>;
   logger(): Logger;
-  /** after a successful invocation and its backlog read (undefined: not read): fan-out (src/fanout.ts) */
+  /** after a successful invocation and its backlog read (undefined: not read): fan-out (src/lambda/fanout.ts) */
   afterBacklog?(request: RelayRequest, summary: Summary, backlog: Backlog | undefined): Promise<void>;
 }
 

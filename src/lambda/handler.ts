@@ -6,11 +6,11 @@ import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
-import { loadConfig } from './config.ts';
+import { loadConfig } from '../config/load.ts';
 import { fanOut, helperMarker, type RelayEvent } from './fanout.ts';
-import { createLogger, type RelayLogger } from './log.ts';
+import { createLogger, type RelayLogger } from '../log.ts';
 import { BACKLOG_RESERVE_MS, createMetrics, invocationMetrics, type RelayMetrics } from './metrics.ts';
-import type { Summary } from './relay.ts';
+import type { Summary } from '../loop/invocation.ts';
 import { Runtime } from './runtime.ts';
 
 let runtime: Runtime | undefined;
@@ -66,7 +66,7 @@ function perRuntime(build: () => Middleware): Middleware {
 }
 
 /**
- * X-Ray tracing when the configuration turns it on: src/tracing.ts is imported on the first such
+ * X-Ray tracing when the configuration turns it on: src/lambda/tracing.ts is imported on the first such
  * invocation, and never otherwise, so a function without tracing loads none of its code.
  */
 function tracing(): Middleware {
@@ -107,7 +107,7 @@ const requestLogging = (): Middleware => ({
 
 // after and onError run in the reverse order of use(): the summary is logged, then the
 // invocation's metrics are added (the backlog read, fan-out) and published, then the logger's
-// per-invocation keys cleared. The event: EventBridge's scheduled event, or a helper's (src/fanout.ts).
+// per-invocation keys cleared. The event: EventBridge's scheduled event, or a helper's (src/lambda/fanout.ts).
 export const handler = middy<RelayEvent, Summary, Error, Context>({ timeoutEarlyInMillis: 0 })
   // first: its subsegment spans the whole invocation, closed after everything else
   .use(tracing())

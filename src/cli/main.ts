@@ -5,18 +5,18 @@
 // leaves raw that a terminal acts on (jsonText).
 import { randomUUID } from 'node:crypto';
 import type { Context, ScheduledEvent } from 'aws-lambda';
-import { Deadline } from './budget.ts';
-import { parseCommand, UsageError, type Command } from './cli/commands.ts';
-import { operatorReport, parkedListText, statusText } from './cli/output.ts';
-import { operatorIdentity } from './cli/operator.ts';
-import { jsonText } from './cli/printable.ts';
-import { closeRuntime, getRuntime, handler } from './handler.ts';
-import { ConfigError, RelayError } from './errors.ts';
-import { migrate } from './outbox/migrate.ts';
-import { listParked, retryParked, skipParked, status } from './outbox/admin.ts';
-import { qualified } from './outbox/identifier.ts';
-import { wrapDbError } from './outbox/db-errors.ts';
-import type { Summary } from './relay.ts';
+import { Deadline } from '../budget.ts';
+import { parseCommand, UsageError, type Command } from './commands.ts';
+import { operatorReport, parkedListText, statusText } from './output.ts';
+import { operatorIdentity } from './operator.ts';
+import { jsonText } from './printable.ts';
+import { closeRuntime, getRuntime, handler } from '../lambda/handler.ts';
+import { ConfigError, RelayError } from '../errors.ts';
+import { migrate } from '../outbox/migrate.ts';
+import { listParked, retryParked, skipParked, status } from '../outbox/admin.ts';
+import { qualified } from '../outbox/identifier.ts';
+import { wrapDbError } from '../outbox/db-errors.ts';
+import type { Summary } from '../loop/invocation.ts';
 
 function lambdaContext(timeoutMs: number, functionName: string): Context {
   const deadline = Date.now() + timeoutMs;
