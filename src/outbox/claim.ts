@@ -4,13 +4,12 @@
 import type { ClaimColumn, ParkedPolicy } from '../domain.ts';
 import type { ClaimFilter } from '../loop/ports.ts';
 
-/** A statement and its bound parameters, built together so they cannot disagree. */
+/** Built together so the text and its parameters cannot disagree. */
 export interface Statement {
   text: string;
   params: unknown[];
 }
 
-/** Numbers the parameters of a statement in the order its fragments ask for them. */
 class Params {
   readonly list: unknown[] = [];
   add(value: unknown): string {
@@ -31,13 +30,9 @@ export interface ClaimBytes {
 }
 
 /**
- * The claim: up to `limit` pending, due rows in seq order, and at most `bytes.batch` bytes of
- * payload and headers, locked, each with whether the order guard lets it be published now (G4),
- * in one statement (one round trip). A fragment that serves a feature is in the statement only
- * while that feature is on (aggregates left out, topics backed off), so the usual claim is the
- * short one; each shape is its own prepared statement. `lockSeed` seeds the aggregates'
- * advisory-lock keys (the table's name). Within a fragment, a column is named bare where only one
- * table can have it.
+ * One round trip: the rows, locked, each with whether the order guard lets it go now (G4). A
+ * feature's fragment is in the text only while the feature is on, so the usual claim is the short
+ * one (each shape its own prepared statement).
  */
 export function claimStatement(t: string, policy: ParkedPolicy, limit: number, filter: ClaimFilter, lockSeed: string, bytes: ClaimBytes,
   columns: readonly ClaimColumn[] = []): Statement {
@@ -67,45 +62,34 @@ FROM taken LEFT JOIN gap USING (aggregateid)`;
 }
 
 /**
- * What a candidate carries, named (never the outbox's `*`: an application's column of any name,
- * such as one called like an alias below, changes nothing): its address (rel, tid: the mark's,
- * sql.ts markedBy), what the byte cut, the order guard and the message need. Unqualified: only
- * the outbox is in the candidates' FROM.
+ * Named, never `*`: an application's own column (one called `tid`, say) must not shadow an alias.
+ * rel, tid: the row's address, which the mark names it by (sql.ts markedBy).
  */
 const CAND_COLUMNS = ['tableoid AS rel', 'ctid AS tid', 'seq', 'id', 'aggregatetype', 'aggregateid', 'type', 'payload', 'payload_bytes',
   'headers_bytes', 'topic', 'headers', 'attempts'];
 
-/** The name a claim column is read back by: the alias of an expression (`... AS placed`), else the column. */
+/** `expr AS placed` is read back as `placed` */
 function columnName(c: ClaimColumn): string {
   return / AS (\w+)$/.exec(c)?.[1] ?? c;
 }
 
 /**
- * The last candidate the batch takes: candidates are taken in seq order while their payloads and
- * headers add up to at most `batchBytes` (each row's sizes are stored with it: payload_bytes,
- * headers_bytes), and the first one whatever its size, so a batch never stalls behind a large row;
- * a row too large for any message is taken too, and parked from its size. The rows taken are a
- * prefix of the candidates in seq order, so an aggregate's rows taken stay a prefix of its pending
- * rows (G4); the candidates past the cut stay locked until the batch ends and go to a later batch.
- * The window sorts only (seq, size) pairs, at most the batch size of them (seq is unique: its
- * default frame, up to the current row's peers, is up to the current row).
+ * A prefix of the candidates in seq order (so each aggregate's rows taken stay a prefix: G4), and
+ * the first one whatever its size, so a batch never stalls behind a large row. The window sorts
+ * (seq, size) pairs only, from the stored sizes.
  */
 function batchBytesCut(batchBytes: string): string {
   return `SELECT coalesce(max(seq) FILTER (WHERE running <= ${batchBytes}::bigint), min(seq)) AS last_seq
   FROM (SELECT seq, sum(coalesce(payload_bytes, 0) + coalesce(headers_bytes, 0)) OVER (ORDER BY seq) AS running FROM cand) s`;
 }
 
-/** the conditions of a pending row: not sent, skipped, parked or marked waiting (the claim index's predicate) */
+/** the claim index's predicate */
 function pending(alias?: string): string {
   const c = alias ? `${alias}.` : '';
   return `${c}sent_at IS NULL AND ${c}skipped_at IS NULL AND ${c}parked_at IS NULL AND NOT ${c}waiting`;
 }
 
-/**
- * The first row per aggregate bound for a topic backed off in this invocation (the broker refused
- * the topic as a whole): that row and every later one of its aggregate are not claimed, whatever
- * their topic, so they neither fill batches nor jump ahead (G4).
- */
+/** A topic the broker refused as a whole holds its aggregates' later rows too, whatever their topic (G4). */
 function firstRowsForTopics(t: string, $: { template: string; list: string }): string {
   // marked waiting or not: any pending row bound for the topic holds its aggregate's later rows
   return `SELECT aggregateid, min(seq) AS first_held FROM ${t}
@@ -115,17 +99,12 @@ function firstRowsForTopics(t: string, $: { template: string; list: string }): s
 }
 
 /**
- * The candidates, in seq order, locked (SKIP LOCKED: rows another invocation holds are passed
- * over). A row is taken only with its aggregate's transaction-scoped advisory lock, so concurrent
- * invocations claim disjoint aggregates instead of rows that wait behind each other's. Left out:
- * rows at or after their aggregate's first blocking row (`blocked`; NOT IN is a hashed lookup, a
- * NOT EXISTS was a nested loop over every blocked aggregate), aggregates the invocation left out,
- * rows behind a backed-off topic, and rows not due (tested on the claim index's entry). The CASE
- * tries the lock only for rows otherwise claimable, in whatever order the plan tests the
- * conditions (NULL, not true, when not). ORDER BY both keys of the claim index: the only path that
- * yields seq order without a sort (the batch's planner settings price sorts out). The row is kept
- * as stored (a large payload as a pointer to its TOAST data), not rendered: only the rows the byte
- * cut takes are. Its address (rel, tid) is what the batch's mark names it by (sql.ts, markedBy).
+ * A row comes with its aggregate's advisory lock, so concurrent invocations claim disjoint
+ * aggregates rather than rows that wait behind each other's. NOT IN on `blocked` is a hashed
+ * lookup (NOT EXISTS planned a nested loop over every blocked aggregate). The CASE tries the lock
+ * only for a row otherwise claimable, whatever order the plan tests the conditions in. ORDER BY
+ * both keys of the claim index: the one path to seq order without a sort. Payloads stay TOAST
+ * pointers here; only the rows the byte cut takes are rendered.
  */
 function candidates(t: string, $: { limit: string; seed: string }, leftOut: string | undefined, topics: boolean,
   columns: readonly ClaimColumn[]): string {
@@ -142,12 +121,9 @@ function candidates(t: string, $: { limit: string; seed: string }, leftOut: stri
 }
 
 /**
- * Can any claimed row have a gap at all? Only if some pending row below the highest claimed seq
- * is neither claimed nor in the invocation's batch in flight (`inFlight`: other aggregates, whose
- * locks that batch's open transaction holds). One range scan of the claim index, in its order; a
- * single relay's steady state finds none and skips the per-aggregate probes. A row that backs off
- * is no gap (it blocks its aggregate: no claimed row is above it); a row set not due by hand
- * (never failed) blocks nothing and stays a possible gap.
+ * One range scan that lets a single relay's steady state skip the per-aggregate gap probes: a gap
+ * needs a pending row below the highest claimed seq that is neither claimed nor in the batch in
+ * flight. A row set not due by hand (never failed) blocks nothing, so it stays a possible gap.
  */
 function anyGapPossible(t: string, inFlight: string): string {
   return `(SELECT true FROM ${t} WHERE ${pending()}
@@ -157,12 +133,9 @@ function anyGapPossible(t: string, inFlight: string): string {
 }
 
 /**
- * A waiting row below a claimed row of its aggregate is a gap too: its mark is stale (a mark is
- * only justified by a blocking row below it, and no claimed row is above one). Marks are never
- * trusted to be cleared on time (two removals at once, triggers disabled), so while any row waits,
- * each claimed aggregate gets one probe of the waiting index (LATERAL ... LIMIT 1; a semi-join was
- * planned as a hash of every waiting row). The CASE reads the waiting index's first entry first:
- * no row waits, no probe (and NULL, not true).
+ * A waiting row below a claimed row of its aggregate is a stale mark, so a gap: marks are never
+ * trusted to be cleared on time. LATERAL ... LIMIT 1 probes the waiting index once per aggregate
+ * (a semi-join was planned as a hash of every waiting row), and only while any row waits.
  */
 function staleMarkBelow(t: string): string {
   return `CASE WHEN (SELECT true FROM ${t} WHERE waiting AND sent_at IS NULL AND skipped_at IS NULL ORDER BY aggregateid, seq LIMIT 1)
@@ -171,14 +144,9 @@ function staleMarkBelow(t: string): string {
 }
 
 /**
- * Per claimed aggregate, its first gap: the first unsent row below our highest seq that is not
- * ours (held by a transaction that is not a relay's, skipped while another invocation held the
- * aggregate, committed late, or between two of our rows); NULL when it has none. One index range
- * scan each, only when `possible` (anyGapPossible or staleMarkBelow, each evaluated once, before
- * any probe) says a gap may exist; our rows above the gap wait. The statement's snapshot may
- * predate a mark another invocation committed meanwhile: such a row only looks like a gap (the
- * error is on the safe side), and heldGapsSql tells the cases apart. Under `skip`, parked rows
- * are no gap.
+ * Per claimed aggregate, the first unsent row below our highest seq that is not ours; our rows
+ * above it wait. A mark committed after our snapshot only looks like a gap: the error is on the
+ * safe side, and heldGapsSql tells the cases apart.
  */
 function firstGaps(t: string, policy: ParkedPolicy, possible: string): string {
   return `SELECT a.aggregateid, (SELECT seq FROM ${t}
@@ -188,11 +156,7 @@ function firstGaps(t: string, policy: ParkedPolicy, possible: string): string {
     FROM aggs a WHERE ${possible}`;
 }
 
-/**
- * Per aggregate, its first blocking row (blockingRows), for the claim and the why-empty check; the
- * waiting marks read the same rows. Only rows that failed at least once are read (partial index
- * on attempts > 0): normally none.
- */
+/** Reads only rows that failed (the partial index on attempts > 0): normally none. */
 export function blockedAggregates(t: string, policy: ParkedPolicy): string {
   return `
   SELECT aggregateid, min(seq) AS first_blocked
@@ -203,7 +167,6 @@ export function blockedAggregates(t: string, policy: ParkedPolicy): string {
 `;
 }
 
-/** The failed rows that hold their aggregate's later rows back: backing off, and parked under `hold`. */
 export function blockingRows(policy: ParkedPolicy, alias?: string): string {
   const c = alias ? `${alias}.` : '';
   return `${policy === 'hold' ? `${c}parked_at IS NOT NULL OR ` : ''}${c}next_attempt_at > now()`;
