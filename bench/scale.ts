@@ -78,7 +78,7 @@ class Worker {
 
   constructor() {
     this.child = fork(new URL('./scale-worker.ts', import.meta.url), {
-      execArgv: ['--disable-warning=TimeoutNegativeWarning', '--import', 'tsx'],
+      execArgv: ['--import', 'tsx'],
       stdio: 'inherit',
     });
     this.exited = new Promise((r) => this.child.once('exit', () => r()));

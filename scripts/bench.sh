@@ -17,4 +17,4 @@ for arg in "$@"; do
   fi
   prev="$arg"
 done
-KAFKAJS_NO_PARTITIONER_WARNING=1 exec node --disable-warning=TimeoutNegativeWarning --import tsx "$script" "$@"
+KAFKAJS_NO_PARTITIONER_WARNING=1 exec node --import tsx "$script" "$@"

@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 npm run --silent services:up
-KAFKAJS_NO_PARTITIONER_WARNING=1 exec node --disable-warning=TimeoutNegativeWarning --import tsx scripts/demo.ts
+KAFKAJS_NO_PARTITIONER_WARNING=1 exec node --import tsx scripts/demo.ts

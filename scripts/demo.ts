@@ -20,7 +20,7 @@ const say = (s: string) => process.stdout.write(s + '\n');
 // the CLI's EMF metrics record (a long JSON line per invocation, on stderr) would bury the demo's
 // own lines; the summary it prints carries the same figures
 const env = { ...process.env, DATABASE_URL, KAFKA_BROKERS, OUTBOX_LOG_LEVEL: 'warn', OUTBOX_METRICS: 'off', KAFKAJS_NO_PARTITIONER_WARNING: '1' };
-const cli = (args: string[]) => spawn(process.execPath, ['--disable-warning=TimeoutNegativeWarning', '--import', 'tsx', join(ROOT, 'src', 'cli', 'main.ts'), ...args], { env, stdio: ['ignore', 'pipe', 'inherit'] });
+const cli = (args: string[]) => spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'src', 'cli', 'main.ts'), ...args], { env, stdio: ['ignore', 'pipe', 'inherit'] });
 
 async function main(): Promise<void> {
   say('1. migrate: create the outbox table (idempotent)');

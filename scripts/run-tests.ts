@@ -139,7 +139,7 @@ function run(job: Job): Promise<Result> {
       // (nodejs/node#64833; here a fresh-clone run reported 247 unit tests of 253, config.test.ts
       // cut after its fourth suite). A file whose process outlives its tests is killed by the
       // watchdog below instead, and fails.
-      ['--disable-warning=TimeoutNegativeWarning', '--import', 'tsx', '--test', '--test-reporter=spec', '--test-timeout=600000', ...job.args],
+      ['--import', 'tsx', '--test', '--test-reporter=spec', '--test-timeout=600000', ...job.args],
       {
         cwd: ROOT,
         env: { ...process.env, KAFKAJS_NO_PARTITIONER_WARNING: '1', TEST_TOPICS_FILE: topicsFile, ...job.env },
