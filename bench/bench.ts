@@ -13,7 +13,8 @@
 // Opt-in, with --only (bench/retention.ts): `sustained` (retention keeping pace for --minutes at the
 // relay's full rate) and `burst` (empty-claim time after 200,000 rows were relayed and pruned);
 // (bench/marks.ts) `marks`: a row's whole life in Postgres per way of recording it sent;
-// (bench/scale.ts) `scale`: 1, 2, 4, 8 concurrent invocations on one backlog, and a model of the ceilings.
+// (bench/scale.ts) `scale`: 1, 2, 4, 8 concurrent invocations on one backlog, and a model of the ceilings;
+// (bench/kafkajs-patch.ts) `kafkajsPatch`: the relay on kafkajs unpatched and patched, side by side.
 // With --peer debezium (bench/compat.ts) `compat`: the relay's messages and Debezium's for the same rows, byte by byte.
 import { writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
@@ -32,6 +33,7 @@ import { dropOutbox, migrate } from '../src/outbox/migrate.ts';
 import { OutboxStore } from '../src/outbox/store.ts';
 import { runInvocation } from '../src/loop/invocation.ts';
 import { benchCompat } from './compat.ts';
+import { benchKafkajsPatch } from './kafkajs-patch.ts';
 import { measuredCommit } from './commit.ts';
 import { CpuMeter, parentPid, type CpuSample } from './cpu.ts';
 import { DebeziumPeer, walLsn, type PeerCleanup, type PeerCpu } from './debezium/peer.ts';
@@ -83,6 +85,8 @@ const { values } = parseArgs({
     'scale-hot': { type: 'string', default: '8' },
     'scale-hot-invocations': { type: 'string', default: '1,4' },
     'scale-shapes': { type: 'string', default: 'plain' },
+    // --only kafkajsPatch: how long each variant's relay sits connected and idle after its drain
+    'idle-ms': { type: 'string', default: '3000' },
     smoke: { type: 'boolean', default: false },
   },
 });
@@ -93,6 +97,7 @@ if (values.smoke) {
   // --only scale: 1 and 2 invocations, and 2 on the hot aggregates, on both outboxes
   Object.assign(values, { 'scale-events': '3000', 'scale-aggregates': '100' });
   Object.assign(values, { 'scale-invocations': '1,2', 'scale-hot-invocations': '2', 'scale-shapes': 'plain,partitioned' });
+  Object.assign(values, { 'idle-ms': '500' });
 }
 
 /** The dotted paths of the figures in `record` that are not numbers (NaN, Infinity): a bench that measured nothing. */
@@ -494,6 +499,14 @@ async function main(): Promise<void> {
           },
         ),
     ],
+    [
+      'kafkajsPatch',
+      () =>
+        benchKafkajsPatch(
+          { sql, kafka, env, meter, createTable, fillTable, createTopic, drop, run: () => run },
+          { events: N, aggregates: AGGREGATES, repeat: REPEAT, idleMs: Number(values['idle-ms']) },
+        ),
+    ],
   ];
   // --only compat --peer debezium: the relay's messages compared with Debezium's, byte by byte (bench/compat.ts)
   if (only?.includes('compat')) {
@@ -563,7 +576,7 @@ async function measureAll(
     const measured = [...all.keys()].filter((k) => all.get(k)?.length).map(m);
     if (measured.length) printMedians(measured);
     sides.forEach((side, i) => console.log(`\n${CLIENTS[i]}:${side.text}`));
-    if (Object.keys(extraResults).length || sides.length) console.log(`\n${JSON.stringify({ cores: availableParallelism(), ...extraResults, ...(sides.length ? { peer: Object.fromEntries(sides.map((x, i) => [CLIENTS[i]!, x.json])) } : {}) })}`);
+    if (Object.keys(extraResults).length || sides.length) console.log(`\n${JSON.stringify({ commit: COMMIT, date: new Date().toISOString(), cores: availableParallelism(), ...extraResults, ...(sides.length ? { peer: Object.fromEntries(sides.map((x, i) => [CLIENTS[i]!, x.json])) } : {}) })}`);
     return;
   }
   const [sqlGuarded, sqlPlain, sqlDelete] = ['sqlGuarded', 'sqlPlain', 'sqlDelete'].map(m) as [ReturnType<typeof m>, ReturnType<typeof m>, ReturnType<typeof m>];

@@ -71,15 +71,28 @@ type ShapeSample = Sample & { walBytes: number; retention: { ms: number; postgre
 /** no invocation published anything for this long: the relays are stuck, fail rather than wait */
 const STALL_MS = 60_000;
 
-class Worker {
+/** How a worker process starts: Node flags after `--import tsx`, environment variables added to the bench's. */
+export interface WorkerStart {
+  execArgv?: string[];
+  env?: Record<string, string>;
+}
+
+export class Worker {
   readonly child: ChildProcess;
   private listener: ((m: ScaleWorkerReport) => void) | undefined;
   private readonly exited: Promise<void>;
+  /** what the process wrote to stderr (it is passed through as well) */
+  stderr = '';
 
-  constructor() {
+  constructor(start: WorkerStart = {}) {
     this.child = fork(new URL('./scale-worker.ts', import.meta.url), {
-      execArgv: ['--import', 'tsx'],
-      stdio: 'inherit',
+      execArgv: ['--import', 'tsx', ...(start.execArgv ?? [])],
+      env: { ...process.env, ...start.env },
+      stdio: ['inherit', 'inherit', 'pipe', 'ipc'],
+    });
+    this.child.stderr!.on('data', (d: Buffer) => {
+      this.stderr += d.toString();
+      process.stderr.write(d);
     });
     this.exited = new Promise((r) => this.child.once('exit', () => r()));
   }
@@ -105,8 +118,8 @@ class Worker {
 }
 
 /** Starts `n` workers, each warm on `table`'s (still empty) outbox and the topic. */
-async function startWorkers(n: number, env: Record<string, string>, topic: string): Promise<Worker[]> {
-  const workers = Array.from({ length: n }, () => new Worker());
+export async function startWorkers(n: number, env: Record<string, string>, topic: string, start: WorkerStart = {}): Promise<Worker[]> {
+  const workers = Array.from({ length: n }, () => new Worker(start));
   await Promise.all(
     workers.map(
       (w) =>
@@ -127,7 +140,7 @@ async function startWorkers(n: number, env: Record<string, string>, topic: strin
 }
 
 /** Lets the workers relay until `events` rows were published, then stops them: invocations and empty ones. */
-async function drain(workers: Worker[], events: number): Promise<WorkerTotals & { published: number }> {
+export async function drain(workers: Worker[], events: number): Promise<WorkerTotals & { published: number }> {
   let published = 0;
   let last = Date.now();
   const totals: WorkerTotals = { invocations: 0, empty: 0, heldBack: 0, waitedMs: { claim: 0, publish: 0, commit: 0 } };
@@ -180,7 +193,7 @@ async function drain(workers: Worker[], events: number): Promise<WorkerTotals & 
  * Reads the topic back: every row's id exactly once, each aggregate's events in the order of their
  * rows (the payload's `n` grows with seq), `events` in all. Throws what it found otherwise.
  */
-async function readBack(kafka: kafkajs.Kafka, topic: string, events: number): Promise<void> {
+export async function readBack(kafka: kafkajs.Kafka, topic: string, events: number): Promise<void> {
   const ids = new Set<string>();
   const lastN = new Map<string, number>();
   const problems: string[] = [];
