@@ -88,6 +88,8 @@ const { values } = parseArgs({
     // --only kafkajsPatch: how long each variant's relay sits connected and idle after its drain
     'idle-ms': { type: 'string', default: '3000' },
     smoke: { type: 'boolean', default: false },
+    // the plain run's JSON record, also written here (not by --smoke or --only runs)
+    out: { type: 'string', default: 'bench/results/throughput.json' },
   },
 });
 if (values.smoke) {
@@ -611,6 +613,7 @@ async function measureAll(
       relayDeleteEventsPerSec: c.relayDelete.perSec,
       ratioDelete: Number(c.ratioDelete.toFixed(3)),
       relayNodeCpuMsPer1k: c.relay.cpu ? Number(((c.relay.cpu.node * 1e6) / c.relay.events).toFixed(0)) : undefined,
+      relayCpuMsPer1k: cpuPerEvent ? Math.round(cpuPerEvent * 1e6) : undefined,
       producerNodeCpuMsPer1k: c.producer.cpu ? Number(((c.producer.cpu.node * 1e6) / c.producer.events).toFixed(0)) : undefined,
       cpuBoundEventsPerSec: cpuBound,
     };
@@ -622,26 +625,32 @@ async function measureAll(
   for (const w of [waitingParked, waitingBackoff]) if (w.note) console.log(`  ${w.note}`);
   sides.forEach((side, i) => console.log(`\n${CLIENTS[i]}:${side.text}`));
   console.log('');
-  console.log(
-    JSON.stringify({
-      commit: COMMIT,
-      date: new Date().toISOString(),
-      smoke: values.smoke,
-      events: N,
-      batchSize: BATCH,
-      payloadBytes: PAYLOAD,
-      aggregates: AGGREGATES,
-      sqlEventsPerSec: sqlGuarded.perSec,
-      sqlUnguardedEventsPerSec: sqlPlain.perSec,
-      guardCost: Number(guardCost.toFixed(3)),
-      sqlDeleteEventsPerSec: sqlDelete.perSec,
-      waitingParkedRatio: Number(waitingRatios[0]!.toFixed(3)),
-      waitingBackoffRatio: Number(waitingRatios[1]!.toFixed(3)),
-      cores,
-      clients: json,
-      ...(sides.length ? { peer: Object.fromEntries(sides.map((x, i) => [CLIENTS[i]!, x.json])) } : {}),
-    }),
-  );
+  const record = JSON.stringify({
+    commit: COMMIT,
+    date: new Date().toISOString(),
+    smoke: values.smoke,
+    repeat: REPEAT,
+    events: N,
+    batchSize: BATCH,
+    payloadBytes: PAYLOAD,
+    aggregates: AGGREGATES,
+    sqlEventsPerSec: sqlGuarded.perSec,
+    sqlUnguardedEventsPerSec: sqlPlain.perSec,
+    guardCost: Number(guardCost.toFixed(3)),
+    sqlDeleteEventsPerSec: sqlDelete.perSec,
+    waitingParkedRatio: Number(waitingRatios[0]!.toFixed(3)),
+    waitingBackoffRatio: Number(waitingRatios[1]!.toFixed(3)),
+    cores,
+    clients: json,
+    ...(sides.length ? { peer: Object.fromEntries(sides.map((x, i) => [CLIENTS[i]!, x.json])) } : {}),
+  });
+  console.log(record);
+  // what `npm run bench:publish` quotes in the README (scripts/bench-publish.ts); never a smoke
+  // run's, which CI makes and which measures nothing
+  if (!values.smoke && values.out) {
+    writeFileSync(values.out, record + '\n');
+    process.stderr.write(`bench: wrote ${values.out}; npm run bench:publish -- ${values.out} quotes it in README.md and docs/benchmarks/README.md\n`);
+  }
 }
 
 try {
