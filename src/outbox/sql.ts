@@ -46,12 +46,9 @@ WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL AND NOT waiti
 }
 
 /**
- * OUTBOX_SENT_ROWS=keep (the default): acked rows move, whole, from the outbox `t` to its sent
- * table `sent`, in the batch transaction, stamped with sent_at. One statement: the DELETE's
- * RETURNING feeds the INSERT. A rollback (a crash, a failed COMMIT, the premark's savepoint) undoes
- * both halves, so a row is either unsent in the outbox or sent in `sent`. The statement fails
- * unless both halves affected exactly the rows named (exactly): a mark that matched fewer (row-level
- * security, a trigger returning NULL) would re-send them forever, one that matched more loses rows.
+ * One statement, so a rollback undoes both halves of the move. It fails unless both halves
+ * affected exactly the rows named: a mark that matched fewer (row-level security, a trigger
+ * returning NULL) would re-send them forever, one that matched more loses rows.
  */
 export function moveSentSql(t: string, sent: string, key: MarkKey = 'address'): string {
   const rows = markedBy(key, 'o');
@@ -70,11 +67,7 @@ put AS (
 ${exactly(rows.count, ['the mark moved', 'moved', 'rows out of the outbox'], ['and wrote', 'put', 'into the sent table'])}`;
 }
 
-/**
- * OUTBOX_SENT_ROWS=delete: acked rows are deleted in the batch transaction instead of moved.
- * About five times cheaper than the move (no second copy, no index insertions), for teams that
- * need no record of sent events in the table (Debezium's own advice for outboxes). Checked as the move.
- */
+/** About five times cheaper than the move (no second copy, no index insertions). Checked as the move. */
 export function deleteSentSql(t: string, key: MarkKey = 'address'): string {
   const rows = markedBy(key, 'o');
   return `
@@ -150,16 +143,10 @@ ${exactly('cardinality($1::bigint[])', ['recording failed attempts updated', 'ch
 }
 
 /**
- * Retention, one chunk: delete up to $2 rows sent (or skipped) more than $1 ms ago, oldest first,
- * skipping rows someone else holds; one row back, `affected`. Chunks keep each transaction short;
- * the caller repeats them until a chunk comes back short. Two places hold such rows:
- * - `sent`: the sent table, through its sent_at index;
- * - `skipped`: rows an operator skipped, kept in the outbox for audit (their own window, OUTBOX_RETAIN_SKIPPED_MS).
- * Rows are named by address (tableoid, ctid: markedBy), which a partitioned or inherited table
- * cannot repeat. No row lock in the sent table (FOR UPDATE would need the UPDATE privilege on it):
- * only retention touches its rows, and of two retentions at once, the second waits for the first's
- * chunk and finds its rows gone, which ends its pass early (so fewer than chosen is no error there).
- * Skipped rows are locked, so every one chosen must go (exactly).
+ * One short chunk of retention (the caller repeats until one comes back short). No row lock in
+ * the sent table (FOR UPDATE would need the UPDATE privilege on it): of two retentions at once,
+ * the second finds the first's rows gone, so fewer than chosen is no error there. Skipped rows
+ * are locked, so every one chosen must go.
  */
 export function pruneSql(t: string, sent: string, what: PruneTarget): string {
   if (what === 'sent') {
@@ -259,12 +246,7 @@ ORDER BY seq
 LIMIT $1`;
 }
 
-/**
- * `parked retry|skip`: the rows an operator named (`ids`: $1, by primary key), or every parked row
- * (`retry --all`), each with what decides whether the command may act on it (admin.ts, decide).
- * Locked FOR UPDATE when the command is to act (`lock`), so that nothing changes them between this
- * read and the UPDATE; a dry run reads them unlocked, in a read-only transaction.
- */
+/** Locked when the command is to act, so nothing changes the rows between this read and the UPDATE. */
 export function operatorLookupSql(t: string, rows: 'ids' | 'all-parked', lock: boolean): string {
   return `
 SELECT id, aggregateid, parked_at, skipped_at, skipped_by, sent_at, attempts, next_attempt_at
@@ -276,12 +258,7 @@ ORDER BY seq${lock ? '\nFOR UPDATE' : ''}`;
 /** Who ran a command, and when (the time its transaction started, which the UPDATEs record). */
 export const operatorSql = 'SELECT session_user::text AS by, now() AS at';
 
-/**
- * Back to pending with a clean slate ($1: the ids decided on), recording who (the role, and the
- * operator $3), when and why ($2).
- * The conditions are the lookup's, restated so that the statement alone never puts back a row
- * that is not parked.
- */
+/** The lookup's conditions restated, so the statement alone never puts back a row that is not parked. */
 export function parkedRetrySql(t: string): string {
   return `
 UPDATE ${t}
