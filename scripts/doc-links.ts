@@ -55,7 +55,7 @@ export function brokenLinks(root: string): string[] {
 /** what is not the project's own: dependencies, local services' data, build output */
 const NOT_PAGES = new Set(['node_modules', '.cache', '.git', 'dist', '.serverless', '.build', 'reports', '.stryker-tmp']);
 
-function markdownFiles(dir: string): string[] {
+export function markdownFiles(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
     const path = join(dir, e.name);
     if (e.isDirectory()) return NOT_PAGES.has(e.name) ? [] : markdownFiles(path);
