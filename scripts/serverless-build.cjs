@@ -112,6 +112,101 @@ function applyTags(service) {
   }
 }
 
+const NO_VALUE = Symbol('AWS::NoValue');
+
+/**
+ * Decides at package time every Condition whose operands are literals (all of serverless.yml's:
+ * the parameters are resolved by then) and writes the template as CloudFormation would evaluate
+ * it: each Fn::If replaced by its chosen branch, AWS::NoValue dropped, resources and outputs whose
+ * condition is false removed (with the DependsOn naming them), the decided conditions removed. A
+ * reviewer's linter then sees only what is deployed: no dead branch holding an empty parameter
+ * (kms:Decrypt on "", a permissions boundary of ""), no condition that "always returns true".
+ * A condition on anything not literal (a Ref, a pseudo parameter) is left to CloudFormation.
+ */
+function foldConditions(template) {
+  const defs = template.Conditions || {};
+  const decided = new Map();
+  const decide = (name) => {
+    if (!decided.has(name)) {
+      decided.set(name, undefined); // a cycle stays undecided
+      decided.set(name, evaluate(defs[name]));
+    }
+    return decided.get(name);
+  };
+  // true | false | a literal operand's text | undefined (not decidable here)
+  const evaluate = (c) => {
+    if (typeof c === 'string' || typeof c === 'number' || typeof c === 'boolean') return String(c);
+    if (!c || typeof c !== 'object' || Array.isArray(c)) return undefined;
+    const keys = Object.keys(c);
+    if (keys.length !== 1) return undefined;
+    const args = c[keys[0]];
+    const all = (list) => (Array.isArray(list) ? list.map(evaluate) : [undefined]);
+    switch (keys[0]) {
+      case 'Condition':
+        return typeof args === 'string' && args in defs ? decide(args) : undefined;
+      case 'Fn::Equals': {
+        const [a, b] = all(args);
+        return typeof a === 'string' && typeof b === 'string' ? a === b : undefined;
+      }
+      case 'Fn::Not': {
+        const [a] = all(args);
+        return typeof a === 'boolean' ? !a : undefined;
+      }
+      case 'Fn::And':
+      case 'Fn::Or': {
+        const vs = all(args);
+        if (!vs.every((v) => typeof v === 'boolean')) return undefined;
+        return keys[0] === 'Fn::And' ? vs.every(Boolean) : vs.some(Boolean);
+      }
+      default:
+        return undefined;
+    }
+  };
+  for (const name of Object.keys(defs)) decide(name);
+  const known = (name) => typeof decided.get(name) === 'boolean';
+
+  const walk = (v) => {
+    if (Array.isArray(v)) return v.map(walk).filter((x) => x !== NO_VALUE);
+    if (!v || typeof v !== 'object') return v;
+    if (v.Ref === 'AWS::NoValue' && Object.keys(v).length === 1) return NO_VALUE;
+    if (Array.isArray(v['Fn::If']) && Object.keys(v).length === 1 && known(v['Fn::If'][0])) {
+      const [name, yes, no] = v['Fn::If'];
+      return walk(decided.get(name) ? yes : no);
+    }
+    const out = {};
+    for (const [k, x] of Object.entries(v)) {
+      const w = walk(x);
+      if (w !== NO_VALUE) out[k] = w;
+    }
+    return out;
+  };
+
+  const removed = new Set();
+  for (const section of ['Resources', 'Outputs']) {
+    const entries = template[section] || {};
+    for (const [id, entry] of Object.entries(entries)) {
+      if (!entry.Condition || !known(entry.Condition)) continue;
+      if (decided.get(entry.Condition)) delete entry.Condition;
+      else {
+        delete entries[id];
+        if (section === 'Resources') removed.add(id);
+      }
+    }
+  }
+  for (const [id, resource] of Object.entries(template.Resources || {})) {
+    const r = walk(resource);
+    if (r.DependsOn !== undefined) {
+      const kept = [].concat(r.DependsOn).filter((d) => !removed.has(d));
+      if (kept.length === 0) delete r.DependsOn;
+      else r.DependsOn = kept;
+    }
+    template.Resources[id] = r;
+  }
+  if (template.Outputs) template.Outputs = walk(template.Outputs);
+  for (const name of Object.keys(defs)) if (known(name)) delete defs[name];
+  if (template.Conditions && Object.keys(template.Conditions).length === 0) delete template.Conditions;
+}
+
 class BuildRelayBundle {
   constructor(serverless) {
     const serviceDir = serverless.serviceDir || serverless.config.servicePath;
@@ -126,9 +221,13 @@ class BuildRelayBundle {
     this.hooks = {
       'before:package:createDeploymentArtifacts': build,
       'before:package:function:package': build,
-      'before:aws:package:finalize:saveServiceState': () => applyTags(serverless.service),
+      'before:aws:package:finalize:saveServiceState': () => {
+        applyTags(serverless.service);
+        foldConditions(serverless.service.provider.compiledCloudFormationTemplate);
+      },
     };
   }
 }
 
 module.exports = BuildRelayBundle;
+module.exports.foldConditions = foldConditions;
