@@ -44,6 +44,17 @@ export const BUDGET = {
    * watchInserts): the server must have seen it go before the container may be frozen.
    */
   listenCloseMs: 1_000,
+  /**
+   * The function's edge after the loop (src/lambda/), inside the safety margin: the backlog read
+   * for the metrics, then the helpers' starts (fan-out), each given at most its budget and not
+   * tried with less than its minimum; edgeReserveMs stays for publishing the metrics record and
+   * returning before the Lambda timeout (afterInvocation).
+   */
+  backlogBudgetMs: 1_000,
+  backlogMinMs: 100,
+  fanoutBudgetMs: 1_000,
+  fanoutMinMs: 100,
+  edgeReserveMs: 500,
 } as const;
 
 /**
@@ -63,6 +74,11 @@ export class Deadline {
 
   static fromRemaining(remainingMs: number, safetyMarginMs: number, now: () => number = Date.now): Deadline {
     return new Deadline(now() + remainingMs - safetyMarginMs, now);
+  }
+
+  /** A deadline `ms` from now, on this one's clock. */
+  fromNow(ms: number): Deadline {
+    return new Deadline(this.now() + ms, this.now);
   }
 
   /** The same deadline, `ms` earlier: room kept for work that must follow (committing marks). */
@@ -118,6 +134,15 @@ export class Deadline {
       promise.catch(() => undefined);
     }
   }
+}
+
+/**
+ * The time of a step after the invocation (`timeout`: the Lambda's): at most `budgetMs`, and
+ * BUDGET.edgeReserveMs before the timeout; no deadline when that leaves less than `minMs`.
+ */
+export function afterInvocation(timeout: Deadline, budgetMs: number, minMs: number): { leftMs: number; deadline?: Deadline } {
+  const leftMs = Math.min(budgetMs, timeout.remaining() - BUDGET.edgeReserveMs);
+  return leftMs < minMs ? { leftMs } : { leftMs, deadline: timeout.fromNow(leftMs) };
 }
 
 /** Moving estimate of how long one batch takes, so the loop stops before starting one it cannot finish. */

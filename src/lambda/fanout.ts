@@ -7,6 +7,8 @@ import type { Metrics } from '@aws-lambda-powertools/metrics';
 import type { Context } from 'aws-lambda';
 import type { Logger } from '../log.ts';
 import type { Summary } from '../loop/summary.ts';
+import { afterInvocation, BUDGET, type Deadline } from '../budget.ts';
+import { edgeState, type Middleware } from './edge.ts';
 import { METRICS, type MetricName } from './metrics.ts';
 import type { Backlog } from '../outbox/admin.ts';
 import { helperMarker } from './relay-event.ts';
@@ -27,23 +29,18 @@ export function helpersWanted(max: number, summary: Pick<Summary, 'stoppedBecaus
   return Math.min(max - 1, Math.ceil(backlog.pendingRows / summary.claimed) - 1);
 }
 
-/** Helpers are started within at most this long... */
-export const FANOUT_BUDGET_MS = 1_000;
-/** ...and never when less than this is left of the invocation's time after the backlog read. */
-const FANOUT_MIN_MS = 100;
-
 export interface FanOutStep {
   /** OUTBOX_FANOUT_MAX */
   max: number;
   event: unknown;
-  context: Pick<Context, 'awsRequestId' | 'invokedFunctionArn' | 'getRemainingTimeInMillis'>;
+  context: Pick<Context, 'awsRequestId' | 'invokedFunctionArn'>;
+  /** the Lambda timeout (edge.ts): the helpers are started within BUDGET.fanoutBudgetMs of what it leaves */
+  timeout: Deadline;
   summary: Summary;
   /** the figures read after the invocation; undefined when they could not be read */
   backlog: Backlog | undefined;
   metrics: Metrics;
   logger: Logger;
-  /** the time the step leaves for publishing the metrics and returning (metrics.ts BACKLOG_RESERVE_MS) */
-  reserveMs: number;
 }
 
 /**
@@ -62,13 +59,13 @@ export async function fanOut(s: FanOutStep): Promise<void> {
   const wanted = helpersWanted(s.max, s.summary, s.backlog);
   let started = 0;
   let error: Error | undefined;
-  const timeoutMs = Math.min(FANOUT_BUDGET_MS, s.context.getRemainingTimeInMillis() - s.reserveMs);
-  if (wanted > 0 && timeoutMs < FANOUT_MIN_MS) {
-    error = new Error(`too little time left before the Lambda timeout (${timeoutMs} ms): raise OUTBOX_SAFETY_MARGIN_MS`);
+  const { leftMs, deadline } = afterInvocation(s.timeout, BUDGET.fanoutBudgetMs, BUDGET.fanoutMinMs);
+  if (wanted > 0 && !deadline) {
+    error = new Error(`too little time left before the Lambda timeout (${leftMs} ms): raise OUTBOX_SAFETY_MARGIN_MS`);
   } else if (wanted > 0) {
     try {
       const { startHelpers } = await import('./fanout-invoke.ts');
-      ({ started, error } = await startHelpers(s.context.invokedFunctionArn, wanted, s.context.awsRequestId, timeoutMs));
+      ({ started, error } = await startHelpers(s.context.invokedFunctionArn, wanted, s.context.awsRequestId, leftMs));
     } catch (err) {
       error = err as Error;
     }
@@ -80,4 +77,17 @@ export async function fanOut(s: FanOutStep): Promise<void> {
     // a throttle (TooManyRequestsException) is the usual cause: every concurrent invocation is busy
     s.logger.warn('helpers not started: their rows stay claimable for the next tick', { ...figures, error: { name: error.name, message: error.message } });
   } else if (wanted > 0) s.logger.info('helpers started', figures);
+}
+
+/** The fan-out step, after the metrics step has read the backlog (used before it: its `after` runs later). */
+export function fanOutStep(): Middleware {
+  return {
+    after: async (request) => {
+      const state = edgeState(request);
+      if (!state || !request.response) return;
+      const { config, metrics, logger } = state.container;
+      const { event, context, response: summary } = request;
+      await fanOut({ max: config.fanoutMax, event, context, timeout: state.timeout, summary, backlog: state.backlog, metrics, logger });
+    },
+  };
 }

@@ -3,19 +3,10 @@
 // the record goes to stdout, where CloudWatch Logs turns it into metrics; no API call, no
 // permission. Dimensions are only `service` and `stage`: low cardinality, one series per
 // deployment.
-//
-// Per invocation: the Summary's counts and times, and three figures read from the table after
-// the loop (src/outbox/admin.ts `backlog`): the age of the oldest pending row and the number of
-// pending and parked rows. That read is bounded (about a second, and never past the Lambda
-// deadline) and never fails the invocation: when it cannot be made, it is logged and those
-// metrics are left out of this record. docs/operations.md, "Metrics", lists every metric.
+// What each record holds: src/lambda/invocation-metrics.ts; docs/operations.md, "Metrics", lists
+// every metric.
 import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
-import type middy from '@middy/core';
-import type { Context } from 'aws-lambda';
-import { Deadline } from '../budget.ts';
 import type { Config } from '../config/types.ts';
-import type { RelayEvent } from './relay-event.ts';
-import type { Logger } from '../log.ts';
 import type { Summary } from '../loop/summary.ts';
 import type { Backlog } from '../outbox/admin.ts';
 
@@ -121,59 +112,4 @@ export function addBacklogMetrics(metrics: Metrics, b: Backlog): void {
   add('PendingRowsCapped', b.pendingRowsCapped ? 1 : 0);
   add('ParkedRows', b.parkedRows);
   add('ParkedRowsCapped', b.parkedRowsCapped ? 1 : 0);
-}
-
-/** The backlog read gets at most this long... */
-export const BACKLOG_BUDGET_MS = 1_000;
-/** ...and leaves at least this much of the Lambda's remaining time for publishing and returning. */
-export const BACKLOG_RESERVE_MS = 500;
-/** Below this, the read is not attempted. */
-const BACKLOG_MIN_MS = 100;
-
-export interface InvocationMetricsDeps {
-  /** undefined until the runtime exists (a configuration error: nothing to report) */
-  metrics(): Metrics | undefined;
-  /** the backlog figures, read before `deadline`; undefined when no healthy database client is at hand */
-  backlog(deadline: Deadline): Promise<Backlog | undefined>;
-  logger(): Logger;
-  /** after a successful invocation and its backlog read (undefined: not read): fan-out (src/lambda/fanout.ts) */
-  afterBacklog?(request: RelayRequest, summary: Summary, backlog: Backlog | undefined): Promise<void>;
-}
-
-type RelayRequest = middy.Request<RelayEvent, Summary, Error, Context>;
-
-/**
- * Adds this invocation's metrics, after it succeeded or failed; Powertools' logMetrics middleware
- * (used before this one, so its after/onError run after these) publishes them. Never throws: a
- * metric must not fail an invocation that relayed its rows.
- */
-export function invocationMetrics(deps: InvocationMetricsDeps): middy.MiddlewareObj<RelayEvent, Summary, Error, Context> {
-  const record = async (request: RelayRequest, summary: Summary | undefined): Promise<Backlog | undefined> => {
-    const metrics = deps.metrics();
-    if (!metrics) return undefined;
-    try {
-      if (summary) addSummaryMetrics(metrics, summary);
-      const budget = Math.min(BACKLOG_BUDGET_MS, request.context.getRemainingTimeInMillis() - BACKLOG_RESERVE_MS);
-      if (budget < BACKLOG_MIN_MS) {
-        deps.logger().warn('backlog metrics skipped: too little time left before the Lambda timeout (raise OUTBOX_SAFETY_MARGIN_MS)', { remainingMs: request.context.getRemainingTimeInMillis() });
-        return undefined;
-      }
-      const backlog = await deps.backlog(new Deadline(Date.now() + budget));
-      if (backlog) addBacklogMetrics(metrics, backlog);
-      else deps.logger().info('backlog metrics skipped: no healthy database connection after this invocation');
-      return backlog;
-    } catch (err) {
-      deps.logger().warn('backlog metrics skipped: reading the table failed', { error: err });
-      return undefined;
-    }
-  };
-  return {
-    after: async (request) => {
-      const backlog = await record(request, request.response ?? undefined);
-      if (request.response) await deps.afterBacklog?.(request, request.response, backlog);
-    },
-    onError: async (request) => {
-      await record(request, (request.error as { summary?: Summary } | null)?.summary);
-    },
-  };
 }

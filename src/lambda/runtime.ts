@@ -249,12 +249,17 @@ export class Runtime {
     return wake === o.wake && idle === o.idle ? o : { ...o, wake, idle };
   }
 
+  /** One invocation with `remainingMs` before its timeout (the benches', the tests'). */
+  invoke(remainingMs: number, logger: Logger = this.logger, options: { helper?: boolean } = {}): Promise<Summary> {
+    return this.invokeUntil(Deadline.fromRemaining(remainingMs, 0), logger, options);
+  }
+
   /**
-   * One invocation: the loop of docs/DESIGN.md ("The invocation loop"), deadline = now + remaining
-   * - safety margin. `helper`: started by another invocation's fan-out.
+   * One invocation: the loop of docs/DESIGN.md ("The invocation loop"), until the safety margin
+   * before `timeout` (the Lambda's). `helper`: started by another invocation's fan-out.
    */
-  async invoke(remainingMs: number, logger: Logger = this.logger, { helper = false } = {}): Promise<Summary> {
-    const deadline = Deadline.fromRemaining(remainingMs, this.config.outbox.safetyMarginMs);
+  async invokeUntil(timeout: Deadline, logger: Logger = this.logger, { helper = false } = {}): Promise<Summary> {
+    const deadline = timeout.minus(this.config.outbox.safetyMarginMs);
     // a cold start: the Kafka client's module loads while the database connects (a no-op once loaded)
     if (!this.publisherInstance) preloadKafkaClient(this.config.kafka.client);
     const deps = (store: OutboxStore) => ({

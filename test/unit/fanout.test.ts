@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { Metrics } from '@aws-lambda-powertools/metrics';
+import { Deadline } from '../../src/budget.ts';
 import { loadConfig } from '../../src/config/load.ts';
 import { ConfigError } from '../../src/errors.ts';
 import { fanOut, helperEvent, helperMarker, helpersWanted } from '../../src/lambda/fanout.ts';
@@ -64,7 +65,9 @@ describe('fan-out: OUTBOX_FANOUT_MAX', () => {
 });
 
 describe('fan-out: the step after the backlog read (fanOut)', () => {
-  const context = (remainingMs: number) => ({ awsRequestId: 'req-1', invokedFunctionArn: 'arn:aws:lambda:us-east-1:123456789012:function:relay', getRemainingTimeInMillis: () => remainingMs });
+  const context = { awsRequestId: 'req-1', invokedFunctionArn: 'arn:aws:lambda:us-east-1:123456789012:function:relay' };
+  // the Lambda timeout `remainingMs` away, on a clock that stands still
+  const timeout = (remainingMs: number) => new Deadline(1_000 + remainingMs, () => 1_000);
   const recorded = () => {
     const metrics = new Metrics({ namespace: 'Test', serviceName: 'test' });
     const warnings: Array<{ message: string; extra: unknown }> = [];
@@ -86,15 +89,23 @@ describe('fan-out: the step after the backlog read (fanOut)', () => {
     for (const claimed of [0, 500]) {
       const r = recorded();
       const summary = { ...newSummary(), claimed };
-      await fanOut({ max: 4, event: helperEvent('req-0'), context: context(5_000), summary, backlog: backlog(10_001, true), metrics: r.metrics, logger: r.logger, reserveMs: 500 });
+      await fanOut({ max: 4, event: helperEvent('req-0'), context, timeout: timeout(5_000), summary, backlog: backlog(10_001, true), metrics: r.metrics, logger: r.logger });
       assert.deepEqual(r.values(), { HelpersFoundNothing: claimed === 0 ? 1 : 0 });
     }
+  });
+
+  it('a helper out of budget on a backlog starts none: only the schedule starts helpers', async () => {
+    const r = recorded();
+    const summary = { ...newSummary(), stoppedBecause: 'budget' as const, claimed: 500 };
+    await fanOut({ max: 4, event: helperEvent('req-0'), context, timeout: timeout(5_000), summary, backlog: backlog(10_001, true), metrics: r.metrics, logger: r.logger });
+    assert.deepEqual(r.values(), { HelpersFoundNothing: 0 });
+    assert.deepEqual(r.warnings, []);
   });
 
   it('too little time left to start the helpers it wants: none started, counted (HelpersNotStarted) and logged, nothing thrown', async () => {
     const r = recorded();
     const summary = { ...newSummary(), claimed: 1_000 };
-    await fanOut({ max: 4, event: {}, context: context(550), summary, backlog: backlog(2_500), metrics: r.metrics, logger: r.logger, reserveMs: 500 });
+    await fanOut({ max: 4, event: {}, context, timeout: timeout(550), summary, backlog: backlog(2_500), metrics: r.metrics, logger: r.logger });
     assert.deepEqual(r.values(), { HelpersStarted: 0, HelpersNotStarted: 2 });
     assert.equal(r.warnings.length, 1);
     assert.match(r.warnings[0]!.message, /helpers not started: their rows stay claimable for the next tick/);
@@ -103,7 +114,7 @@ describe('fan-out: the step after the backlog read (fanOut)', () => {
 
   it('fan-out off: no fan-out metric at all', async () => {
     const r = recorded();
-    await fanOut({ max: 1, event: {}, context: context(5_000), summary: { ...newSummary(), claimed: 1_000 }, backlog: backlog(9_000), metrics: r.metrics, logger: r.logger, reserveMs: 500 });
+    await fanOut({ max: 1, event: {}, context, timeout: timeout(5_000), summary: { ...newSummary(), claimed: 1_000 }, backlog: backlog(9_000), metrics: r.metrics, logger: r.logger });
     assert.deepEqual(r.values(), {});
   });
 });
