@@ -1,11 +1,11 @@
 // How the relay's connections are protected: TLS unless the other end is this machine, no login
 // (password, SASL, IAM token) sent unencrypted to another machine unless OUTBOX_ALLOW_PLAINTEXT_LOGIN
 // says so, and a warning for every setting that encrypts without checking whom it talks to. Pure
-// rules: config/load.ts applies the ones it can decide from the environment; lambda/runtime.ts the database's
-// when a secret names its host.
+// rules: config/load.ts applies them to what the environment names, outbox/connection.ts the
+// database's to a secret's host, known only when it is read (databaseLogin, for both).
 import { isIP } from 'node:net';
 import { checkServerIdentity, type ConnectionOptions, type PeerCertificate } from 'node:tls';
-import type { SslMode } from './database-url.ts';
+import { judgedHosts, type DatabaseUrl, type SslMode } from './database-url.ts';
 
 /** The one setting that lets a login cross a network unencrypted: a decision, never a default. */
 export const ALLOW_PLAINTEXT_LOGIN = 'OUTBOX_ALLOW_PLAINTEXT_LOGIN';
@@ -135,6 +135,51 @@ export function databasePlaintextProblem(tls: DatabaseTls, hosts: readonly strin
     return `${setting} falls back to no encryption when the server (or anyone posing as it) offers none, and would then send the database password and every row unencrypted to ${hosts.join(',')}: ${fix}; ${OPT_IN}`;
   }
   return `${setting} sends the database login and every row unencrypted to ${hosts.join(',')}, for anyone on the network path to read or alter: ${fix}; ${OPT_IN}`;
+}
+
+/** A plaintext login OUTBOX_ALLOW_PLAINTEXT_LOGIN allowed, as the warning that says what it risks. */
+export function allowedPlaintextWarning(problem: string | undefined): string | undefined {
+  return problem && `${ALLOW_PLAINTEXT_LOGIN}=true allows it: ${problem.slice(0, problem.lastIndexOf(':'))}`;
+}
+
+/** Whom the database login goes to: a URL as the driver reads it, or a secret's fields. */
+export type LoginTarget = { url: DatabaseUrl } | { host: string; port: number; user: string | undefined };
+
+/** How a database login goes: its TLS, and what is refused or warned about. */
+export interface DatabaseLogin {
+  tls: DatabaseTls;
+  /** the names verify-full checks the certificate against */
+  names: readonly string[];
+  /** DATABASE_AUTH=iam: whom the token is signed for (undefined with a password, or when refused) */
+  iam?: { host: string; port: number; user: string };
+  /** refused: each says what to do */
+  problems: string[];
+  warnings: string[];
+}
+
+/**
+ * The database login's one rule, for DATABASE_URL (config/load.ts) and for a secret's target
+ * (outbox/connection.ts): TLS as databaseTls decides, no plaintext login off this machine unless
+ * allowed, and for DATABASE_AUTH=iam one host and a user to sign the token for. `source` names
+ * where the target came from, for the messages.
+ */
+export function databaseLogin(target: LoginTarget, source: string, o: { ssl: DatabaseSsl | undefined; auth: 'password' | 'iam'; allowPlaintext: boolean }): DatabaseLogin {
+  const url = 'url' in target ? target.url : undefined;
+  const hosts = url ? judgedHosts(url) : [(target as { host: string }).host];
+  const tls = databaseTls(o.ssl, url?.sslmode, hosts);
+  const problems: string[] = [];
+  const warnings = [databaseTlsWarning(tls)];
+  let iam: DatabaseLogin['iam'];
+  if (o.auth === 'iam') {
+    const login = url ? { host: url.hosts[0]!, port: url.ports[0]!, user: url.user } : (target as { host: string; port: number; user: string | undefined });
+    if (url && url.hosts.length !== 1) problems.push(`DATABASE_AUTH=iam signs a token for one host, and ${source} names several: name the one endpoint (an instance, cluster or RDS Proxy endpoint)`);
+    else if (!login.user) problems.push(url ? `DATABASE_AUTH=iam needs the database user in ${source}, as the token is signed for it: postgres://user@host:5432/db` : `DATABASE_AUTH=iam needs the database user, as the token is signed for it, and ${source} names none`);
+    else iam = { host: login.host, port: login.port, user: login.user };
+  }
+  const plaintext = databasePlaintextProblem(tls, hosts, o.auth);
+  if (plaintext && !o.allowPlaintext) problems.push(plaintext);
+  else warnings.push(allowedPlaintextWarning(plaintext));
+  return { tls, names: url ? url.hosts : hosts, ...(iam ? { iam } : {}), problems, warnings: warnings.filter((w) => w !== undefined) };
 }
 
 /**

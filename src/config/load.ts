@@ -29,8 +29,8 @@ import {
 import { ConfigError } from '../errors.ts';
 import { LOG_LEVELS, type LogLevel } from '../log.ts';
 import { TEST_HOOKS } from '../test-hooks.ts';
-import { ALLOW_PLAINTEXT_LOGIN, DATABASE_SSL_MODES, databasePlaintextProblem, databaseTls, kafkaPlaintextProblem, kafkaTlsDefault, parseBroker } from '../transport.ts';
-import { judgedHosts, parseDatabaseUrl, type DatabaseUrl } from '../database-url.ts';
+import { ALLOW_PLAINTEXT_LOGIN, DATABASE_SSL_MODES, databaseLogin, kafkaPlaintextProblem, kafkaTlsDefault, parseBroker } from '../transport.ts';
+import { parseDatabaseUrl, type DatabaseUrl } from '../database-url.ts';
 import { EnvReader, type Env } from './env-reader.ts';
 import { KAFKA_AUTHS, KAFKA_CLIENTS, type Config, type KafkaAuth, type KafkaClientName } from './types.ts';
 import { uriReferenceProblem } from './uri-reference.ts';
@@ -91,12 +91,13 @@ function databaseConfig(read: EnvReader, allowPlaintext: boolean): Config['datab
   const parsed = url === undefined ? undefined : databaseUrl(read, url);
   const auth = read.oneOf('DATABASE_AUTH', ['password', 'iam'] as const, 'password');
   const ssl = read.str('DATABASE_SSL') === undefined ? undefined : read.oneOf('DATABASE_SSL', DATABASE_SSL_MODES, 'verify-full', 'verify-full, or disable when the host is this machine');
-  // with a secret, the host is known only once it is read: the Runtime applies the same rules then
+  // with a secret, the host is known only once it is read: outbox/connection.ts applies the same rule then
   if (parsed) {
-    if (auth === 'iam') iamUrlProblems(read, parsed);
-    const hosts = judgedHosts(parsed);
-    const plaintext = allowPlaintext ? undefined : databasePlaintextProblem(databaseTls(ssl, parsed.sslmode, hosts), hosts, auth);
-    if (plaintext) read.problems.push(plaintext);
+    read.problems.push(...databaseLogin({ url: parsed }, 'DATABASE_URL', { ssl, auth, allowPlaintext }).problems);
+    // a DATABASE_URL's own rule: a secret's password is its own business
+    if (auth === 'iam' && parsed.hosts.length === 1 && parsed.password) {
+      read.problems.push('DATABASE_URL has a password, but DATABASE_AUTH=iam logs in with a token: remove the password (postgres://user@host:5432/db)');
+    }
   }
   return {
     url,
@@ -122,16 +123,6 @@ function databaseUrl(read: EnvReader, url: string): DatabaseUrl | undefined {
     read.problems.push(...err.problems);
     return undefined;
   }
-}
-
-/** DATABASE_AUTH=iam with DATABASE_URL: one host, a user, no password (TLS: as for a password). */
-function iamUrlProblems(read: EnvReader, url: DatabaseUrl): void {
-  if (url.hosts.length > 1) {
-    read.problems.push('DATABASE_AUTH=iam signs a token for one host, and DATABASE_URL names several: name the one endpoint (an instance, cluster or RDS Proxy endpoint)');
-    return;
-  }
-  if (!url.user) read.problems.push('DATABASE_AUTH=iam needs the database user in DATABASE_URL, as the token is signed for it: postgres://user@host:5432/db');
-  if (url.password) read.problems.push('DATABASE_URL has a password, but DATABASE_AUTH=iam logs in with a token: remove the password (postgres://user@host:5432/db)');
 }
 
 function kafkaConfig(read: EnvReader, allowPlaintext: boolean, required: boolean): Config['kafka'] {

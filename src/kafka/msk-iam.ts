@@ -13,6 +13,7 @@
 //
 // The signer (and the AWS SDK credential providers it pulls in) is imported on the first token:
 // only a relay configured with KAFKA_AUTH=iam loads it (scripts/build.mjs puts it in a chunk).
+import type { MskIamLogin } from '../domain.ts';
 import { describe, MskIamError } from '../errors.ts';
 
 /** What the signer returns: the token, and when it expires (ms since the epoch). */
@@ -57,6 +58,17 @@ export class MskIamTokens {
       this.signing = undefined;
     });
     return this.signing;
+  }
+
+  /**
+   * The login of a new producer. A token is signed (or the cached one taken) now, so that missing
+   * credentials fail as such (MskIamError) before the client connects; `refresh`: the broker
+   * refused the cached one, sign another.
+   */
+  async login(refresh: boolean): Promise<MskIamLogin> {
+    if (refresh) this.invalidate();
+    await this.token();
+    return { mechanism: 'aws-msk-iam', token: () => this.token() };
   }
 
   /** Forget the cached token (the broker refused it): the next token() signs a new one. */
