@@ -4,52 +4,32 @@
 // when the batch is expected to finish (BatchBudget). Every number of the rule is in BUDGET.
 import { DeadlineExceededError } from './errors.ts';
 
-/**
- * The budget's numbers, together. Each says where it is applied; none is configurable except the
- * safety margin (OUTBOX_SAFETY_MARGIN_MS, whose default this is).
- */
+// Every number of the rule, each used where its comment says; only the safety margin is a
+// setting (OUTBOX_SAFETY_MARGIN_MS, default safetyMarginMs).
 export const BUDGET = {
-  /**
-   * OUTBOX_SAFETY_MARGIN_MS's default (config/load.ts): the deadline is this long before the Lambda
-   * timeout. Failures end inside it (a rollback's grace), and the backlog metrics are read in it.
-   */
+  // the deadline is this long before the Lambda timeout: failures end inside it (a rollback's
+  // grace), and the edge's steps after the loop run in it
   safetyMarginMs: 3_000,
-  /**
-   * Time kept after a batch's sends for marking and committing what was acked: sends give up this
-   * long before the deadline (BatchBudget.sendBy), and a batch starts only if it fits before that.
-   */
+  // kept after a batch's sends for marking what was acked: sends stop this long (at most a quarter
+  // of what is left) before the deadline (BatchBudget.sendBy)
   markReserveMs: 500,
-  /** ...and at most 1/this (a quarter) of what is left: a nearly spent budget still goes mostly to the sends (BatchBudget.sendBy). */
   markReserveDivisor: 4,
-  /** A batch starts only if this many of the slowest recent batch, and markReserveMs, still fit (BatchBudget.fits). */
+  // a batch starts only if this many of the slowest recent batch, and markReserveMs, fit (fits);
+  // the next is claimed ahead only if this many fit (fitsClaimAhead)
   batchesReserved: 2,
-  /** The next batch is claimed ahead, while this one is published, only if this many batches fit (BatchBudget.fitsClaimAhead). */
   batchesClaimedAhead: 2,
-  /** No batch is expected to take less than this (BatchTimer). */
+  // BatchTimer: no batch is expected faster than this; one slow batch keeps the loop cautious for a few
   batchFloorMs: 50,
-  /** The slowest batch's weight one batch later: one slow batch keeps the loop cautious for a few (BatchTimer). */
   slowBatchDecay: 0.8,
-  /**
-   * How long a ROLLBACK may take past the deadline before its connection is given up
-   * (Deadline.rollbackGrace): what the deadline leaves, within these bounds.
-   */
+  // a ROLLBACK may run this far past the deadline before its connection is given up (rollbackGrace)
   rollbackGraceMs: { min: 250, max: 2_000 },
-  /**
-   * A transaction's idle_in_transaction_session_timeout is the time left plus this; its
-   * statement_timeout is the time left (src/outbox/tx-settings.ts).
-   */
+  // a transaction's statement_timeout is the time left, its idle_in_transaction_session_timeout this much more (outbox/tx-settings.ts)
   idleInTransactionPastDeadlineMs: 1_000,
-  /**
-   * How long the LISTEN connection of a linger may take to close (src/outbox/store.ts,
-   * watchInserts): the server must have seen it go before the container may be frozen.
-   */
+  // the LISTEN connection of a linger must be seen closed by the server before the container is frozen (outbox/store.ts)
   listenCloseMs: 1_000,
-  /**
-   * The function's edge after the loop (src/lambda/), inside the safety margin: the backlog read
-   * for the metrics, then the helpers' starts (fan-out), each given at most its budget and not
-   * tried with less than its minimum; edgeReserveMs stays for publishing the metrics record and
-   * returning before the Lambda timeout (afterInvocation).
-   */
+  // the function's edge after the loop (src/lambda/, afterInvocation): the backlog read, then the
+  // helpers' starts, each at most its budget and not tried with less than its minimum;
+  // edgeReserveMs stays for publishing the metrics record and returning
   backlogBudgetMs: 1_000,
   backlogMinMs: 100,
   fanoutBudgetMs: 1_000,
@@ -57,17 +37,13 @@ export const BUDGET = {
   edgeReserveMs: 500,
 } as const;
 
-/**
- * OUTBOX_SAFETY_MARGIN_MS's minimum (config/load.ts): what the worst failure runs past the deadline. A
- * statement lost at the deadline is followed by a ROLLBACK's shortest grace (the deadline has
- * nothing left to give it), then the LISTEN connection's close; a smaller margin lets Lambda kill
- * the invocation before it has ended its transactions and reported the failure.
- */
+// OUTBOX_SAFETY_MARGIN_MS's minimum: the worst failure runs a ROLLBACK's shortest grace past the
+// deadline, then the LISTEN connection's close; with less, Lambda kills the invocation before it
+// has ended its transactions and reported the failure.
 export const MIN_SAFETY_MARGIN_MS = BUDGET.rollbackGraceMs.min + BUDGET.listenCloseMs;
 
 export class Deadline {
   constructor(
-    /** epoch ms at which the invocation must have returned its summary */
     readonly at: number,
     private readonly now: () => number = Date.now,
   ) {}
@@ -81,15 +57,11 @@ export class Deadline {
     return new Deadline(this.now() + ms, this.now);
   }
 
-  /** The same deadline, `ms` earlier: room kept for work that must follow (committing marks). */
   minus(ms: number): Deadline {
     return new Deadline(this.at - ms, this.now);
   }
 
-  /**
-   * The deadline of a ROLLBACK, which may run past this one (it is how a failure ends): what this
-   * leaves, within BUDGET.rollbackGraceMs, so one grace is the most a failure spends.
-   */
+  /** A ROLLBACK's deadline, past this one (it is how a failure ends): one grace is the most a failure spends. */
   rollbackGrace(): Deadline {
     const { min, max } = BUDGET.rollbackGraceMs;
     return new Deadline(this.now() + Math.min(max, Math.max(min, this.remaining())), this.now);
@@ -103,15 +75,11 @@ export class Deadline {
     return this.remaining() <= 0;
   }
 
-  /** true when another step expected to take `expectedMs` still fits. */
   fits(expectedMs: number): boolean {
     return this.remaining() > expectedMs;
   }
 
-  /**
-   * Resolves with the promise or rejects with DeadlineExceededError when the deadline passes
-   * first. `onTimeout` lets the caller cancel the underlying work (a query, a producer).
-   */
+  /** The promise, or DeadlineExceededError when the deadline passes first; `onTimeout` cancels the work (a query, a producer). */
   async race<T>(what: string, promise: Promise<T>, onTimeout?: () => void): Promise<T> {
     const left = this.remaining();
     if (left <= 0) {
@@ -150,7 +118,6 @@ export class BatchTimer {
   private worst = 0;
   constructor(private readonly floorMs: number = BUDGET.batchFloorMs) {}
   record(ms: number): void {
-    // decay slowly: one slow batch should keep us cautious for a few batches
     this.worst = Math.max(ms, this.worst * BUDGET.slowBatchDecay);
   }
   expected(): number {
@@ -164,7 +131,6 @@ export class BatchBudget {
 
   constructor(private readonly deadline: Deadline) {}
 
-  /** A batch took `ms`, from its claim to its marks. */
   record(ms: number): void {
     this.timer.record(ms);
   }
@@ -180,20 +146,16 @@ export class BatchBudget {
     return this.deadline.fits(this.batchReserveMs());
   }
 
-  /** The next batch may be claimed while this one is published: both are expected to fit. */
   fitsClaimAhead(): boolean {
     return this.deadline.fits(this.timer.expected() * BUDGET.batchesClaimedAhead);
   }
 
-  /** Until when a lingering invocation may wait for rows: a batch must still fit afterwards (the rule of fits). */
+  /** A lingering invocation waits for rows until a batch would no longer fit. */
   lingerUntil(): number {
     return this.deadline.at - this.batchReserveMs();
   }
 
-  /**
-   * The sends' deadline: a little before the invocation's, so the acks that did arrive (other
-   * topics of the batch) can still be committed instead of being re-sent by the next invocation.
-   */
+  /** A little before the deadline, so the acks that did arrive can still be committed instead of re-sent. */
   sendBy(): Deadline {
     return this.deadline.minus(Math.min(BUDGET.markReserveMs, this.deadline.remaining() / BUDGET.markReserveDivisor));
   }
