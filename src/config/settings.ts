@@ -42,7 +42,7 @@ export const SETTINGS: readonly Setting[] = [
   setting('KAFKA_SSL', '`true` when the relay logs in, unless every broker is on this machine; else `false`', 'TLS to the brokers', param('kafkaSsl')),
   setting('KAFKA_SSL_REJECT_UNAUTHORIZED', '`true`', "whether the brokers' certificates are checked", param('kafkaSslRejectUnauthorized')),
   setting('OUTBOX_ALLOW_PLAINTEXT_LOGIN', '`false`', 'whether a login may cross the network unencrypted'),
-  setting('OUTBOX_TABLE', '`outbox`', 'which table'),
+  setting('OUTBOX_TABLE', '`outbox`', 'which table', param('outboxTable')),
   setting('OUTBOX_BATCH_SIZE', '`500`', 'rows per transaction, and duplicates per crash', param('batchSize')),
   setting('OUTBOX_SAFETY_MARGIN_MS', '`3000`', 'how long before the Lambda timeout an invocation stops', param('safetyMarginMs')),
   setting('OUTBOX_MAX_ATTEMPTS', '`10`', 'how many failures park a row', param('maxAttempts')),
