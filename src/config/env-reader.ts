@@ -1,6 +1,8 @@
 // Typed reads of environment variables: each bad value becomes a problem that names the variable
 // and the form it expects, and its default stands in, so that loadConfig reports every problem at once.
 
+import { DECLARED } from './settings.ts';
+
 export type Env = Record<string, string | undefined>;
 
 /** Reads typed values from the environment and collects every problem, so all are reported at once. */
@@ -8,7 +10,14 @@ export class EnvReader {
   readonly problems: string[] = [];
   constructor(private readonly env: Env) {}
 
+  /** A name missing from SETTINGS is a programming error: the docs and serverless.yml are checked against that list. */
   str(name: string): string | undefined {
+    if (!DECLARED.has(name)) throw new Error(`${name} is read but not declared in src/config/settings.ts (SETTINGS)`);
+    return this.given(name);
+  }
+
+  /** Whether a name outside SETTINGS is set anyway: for the removed settings, which are refused. */
+  given(name: string): string | undefined {
     const v = this.env[name]?.trim();
     return v === '' ? undefined : v;
   }

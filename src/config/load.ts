@@ -32,12 +32,19 @@ import { TEST_HOOKS } from '../test-hooks.ts';
 import { ALLOW_PLAINTEXT_LOGIN, DATABASE_SSL_MODES, databaseLogin, kafkaPlaintextProblem, kafkaTlsDefault, parseBroker } from '../transport.ts';
 import { parseDatabaseUrl, type DatabaseUrl } from '../database-url.ts';
 import { EnvReader, type Env } from './env-reader.ts';
+import { DECLARED } from './settings.ts';
 import { KAFKA_AUTHS, KAFKA_CLIENTS, type Config, type KafkaAuth, type KafkaClientName } from './types.ts';
 import { uriReferenceProblem } from './uri-reference.ts';
 
 // the Config's shape lives in config/types.ts; importers keep naming this file
 
 export const DEFAULT_TOPIC_TEMPLATE = 'outbox.event.{aggregatetype}';
+
+/** What the settings made constants are (REMOVED_SETTINGS); the tests may still shorten them through the test hooks. */
+export const CONNECT_TIMEOUT_MS = 5_000;
+export const BACKOFF_BASE_MS = 1_000;
+export const BACKOFF_MAX_MS = 300_000;
+export const POLL_MS = 250;
 
 /**
  * Settings that were removed, each with what took its place (docs/configuration.md#removed-settings).
@@ -50,7 +57,24 @@ export const REMOVED_SETTINGS: Readonly<Record<string, string>> = {
   OUTBOX_WAKE:
     'a lingering invocation polls when a pooler sits in between (DATABASE_PREPARE=false, or one found at connect) and LISTENs ' +
     'otherwise. Unset it; behind PgBouncer or RDS Proxy set DATABASE_PREPARE=false',
+  DATABASE_CONNECT_TIMEOUT_MS:
+    `a connection attempt gives up after ${CONNECT_TIMEOUT_MS / 1000} s, which a reachable database meets; a slower one is a network path to fix. Unset it`,
+  OUTBOX_BACKOFF_BASE_MS: `a failed row is retried after ${BACKOFF_BASE_MS / 1000} s, doubling per attempt up to ${BACKOFF_MAX_MS / 60_000} minutes, with jitter. Unset it; how many failures park a row is OUTBOX_MAX_ATTEMPTS`,
+  OUTBOX_BACKOFF_MAX_MS: `a failed row's retry delay doubles up to ${BACKOFF_MAX_MS / 60_000} minutes. Unset it; how many failures park a row is OUTBOX_MAX_ATTEMPTS`,
+  OUTBOX_POLL_MS: `a lingering invocation behind a pooler probes for new rows every ${POLL_MS} ms. Unset it; on a direct connection (DATABASE_PREPARE=true) it LISTENs instead`,
+  OUTBOX_METRICS:
+    "each invocation's metrics go to stdout in Lambda, where CloudWatch reads them and the alarms need them, and to stderr elsewhere (stdout is the CLI's summary). Unset it",
 };
+
+/**
+ * The removed settings that are set. Where a test hook kept the name (src/config/settings.ts), the
+ * sources read it as the hook: only the builds refuse it.
+ */
+export function removedSettingProblems(read: EnvReader, testHooks: boolean = TEST_HOOKS): string[] {
+  return Object.entries(REMOVED_SETTINGS)
+    .filter(([name]) => !(testHooks && DECLARED.has(name)) && read.given(name) !== undefined)
+    .map(([name, instead]) => `${name} was removed: ${instead}`);
+}
 
 /** What the AWS SDK's default credential chain reads from the environment, short of the instance metadata. */
 const AWS_CREDENTIAL_VARIABLES = ['AWS_ACCESS_KEY_ID', 'AWS_PROFILE', 'AWS_WEB_IDENTITY_TOKEN_FILE', 'AWS_CONTAINER_CREDENTIALS_FULL_URI', 'AWS_CONTAINER_CREDENTIALS_RELATIVE_URI'];
@@ -61,9 +85,7 @@ const AWS_CREDENTIAL_VARIABLES = ['AWS_ACCESS_KEY_ID', 'AWS_PROFILE', 'AWS_WEB_I
  */
 export function loadConfig(env: Env = process.env, { kafka = true }: { kafka?: boolean } = {}): Config {
   const read = new EnvReader(env);
-  for (const [name, instead] of Object.entries(REMOVED_SETTINGS)) {
-    if (read.str(name) !== undefined) read.problems.push(`${name} was removed: ${instead}`);
-  }
+  read.problems.push(...removedSettingProblems(read));
   const allowPlaintextLogin = read.bool(ALLOW_PLAINTEXT_LOGIN, false);
   const database = databaseConfig(read, allowPlaintextLogin);
   const config: Config = {
@@ -104,7 +126,7 @@ function databaseConfig(read: EnvReader, allowPlaintext: boolean): Config['datab
     secretId,
     auth,
     prepare: read.bool('DATABASE_PREPARE', true),
-    connectTimeoutMs: read.int('DATABASE_CONNECT_TIMEOUT_MS', 5_000, 100, 600_000),
+    connectTimeoutMs: TEST_HOOKS ? read.int('DATABASE_CONNECT_TIMEOUT_MS', CONNECT_TIMEOUT_MS, 100, 600_000) : CONNECT_TIMEOUT_MS,
     applicationName: read.str('OUTBOX_CLIENT_ID') ?? 'outbox-relay',
     ssl,
   };
@@ -212,8 +234,8 @@ function outboxConfig(read: EnvReader, prepare: boolean): Config['outbox'] {
     const braced = (names: readonly string[]) => names.map((p) => `{${p}}`).join(', ');
     read.problems.push(`OUTBOX_TOPIC_TEMPLATE=${JSON.stringify(topicTemplate)} uses unknown placeholder(s) ${braced(unknown)}; allowed: ${braced(TOPIC_PLACEHOLDERS)}`);
   }
-  const backoffBaseMs = read.int('OUTBOX_BACKOFF_BASE_MS', 1_000, 1, 86_400_000);
-  const backoffMaxMs = read.int('OUTBOX_BACKOFF_MAX_MS', 300_000, 1, 86_400_000);
+  const backoffBaseMs = TEST_HOOKS ? read.int('OUTBOX_BACKOFF_BASE_MS', BACKOFF_BASE_MS, 1, 86_400_000) : BACKOFF_BASE_MS;
+  const backoffMaxMs = TEST_HOOKS ? read.int('OUTBOX_BACKOFF_MAX_MS', BACKOFF_MAX_MS, 1, 86_400_000) : BACKOFF_MAX_MS;
   const metadata = metadataConfig(read);
   if (backoffMaxMs < backoffBaseMs) read.problems.push(`OUTBOX_BACKOFF_MAX_MS (${backoffMaxMs}) must be >= OUTBOX_BACKOFF_BASE_MS (${backoffBaseMs})`);
   return {
@@ -238,7 +260,7 @@ function outboxConfig(read: EnvReader, prepare: boolean): Config['outbox'] {
     // DATABASE_PREPARE=false says a pooler sits in between (PgBouncer in transaction mode, RDS
     // Proxy): LISTEN does not work through the first and pins a session of the second
     wake: prepare ? 'notify' : 'poll',
-    pollMs: read.int('OUTBOX_POLL_MS', 250, 10, 60_000),
+    pollMs: TEST_HOOKS ? read.int('OUTBOX_POLL_MS', POLL_MS, 10, 60_000) : POLL_MS,
   };
 }
 
@@ -464,11 +486,12 @@ function telemetryConfig(read: EnvReader): Config['telemetry'] {
   // Lambda sets AWS_LAMBDA_FUNCTION_NAME in every function's environment: there, stdout is where
   // CloudWatch Logs picks up EMF records; elsewhere stdout belongs to the CLI's summary
   const inLambda = read.str('AWS_LAMBDA_FUNCTION_NAME') !== undefined;
+  const metrics = inLambda ? 'stdout' : 'stderr';
   return {
     serviceName,
     stage,
     metricsNamespace,
-    metrics: read.oneOf('OUTBOX_METRICS', ['stdout', 'stderr', 'off'] as const, inLambda ? 'stdout' : 'stderr'),
+    metrics: TEST_HOOKS ? read.oneOf('OUTBOX_METRICS', ['stdout', 'stderr', 'off'] as const, metrics) : metrics,
     tracing: read.bool('OUTBOX_TRACING', false),
   };
 }

@@ -130,7 +130,7 @@ export class Idle {
   private fallBackToPolling(what: string, err: unknown): void {
     this.mode = 'poll';
     this.listening = false;
-    this.logger.warn(`${what}; this invocation polls for new rows every OUTBOX_POLL_MS instead (set DATABASE_PREPARE=false behind a pooler)`, { pollMs: this.config.pollMs, error: err });
+    this.logger.warn(`${what}; this invocation polls for new rows every ${this.config.pollMs} ms instead (set DATABASE_PREPARE=false behind a pooler)`, { pollMs: this.config.pollMs, error: err });
   }
 
   /** Sleep `ms`, or until a notification, a lost LISTEN or close() calls wakeUp. */
