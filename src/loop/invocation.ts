@@ -1,6 +1,6 @@
 // The invocation loop (docs/DESIGN.md, "The invocation loop"): claim → publish → commit, one
 // transaction per batch, until the budget or the rows run out. Read Invocation.relayBatch: it is
-// the loop of the README's "How an invocation works", step by step.
+// that section's flowchart, step by step.
 //
 // Three things overlap so that neither the database nor Kafka waits for the other:
 // - the next batch is claimed while this one is published (NextClaim);
