@@ -14,6 +14,7 @@
 #                127.0.0.1:9099  SSL; 127.0.0.1:9100 SASL_SSL (SCRAM)
 #   TLS          .cache/tls/ca.pem signs every certificate: NODE_EXTRA_CA_CERTS=.cache/tls/ca.pem (scripts/services/tls.sh)
 #   moto         127.0.0.1:4566  AWS_ENDPOINT_URL=http://127.0.0.1:4566, keys test/test, us-east-1
+#   kcat         .cache/kcat/kcat, installed with Kafka: Debian's package, unpacked (scripts/services/kcat.sh)
 #
 # `up` is idempotent: running services are checked, not restarted, and a dead one (e.g. a broker
 # killed by a test) is started again. Everything lives under .cache/ (downloads, data, logs, pids).
@@ -59,6 +60,8 @@ source "$SERVICES_DIR/pgbouncer.sh"
 source "$SERVICES_DIR/kafka.sh"
 # shellcheck source=services/moto.sh
 source "$SERVICES_DIR/moto.sh"
+# shellcheck source=services/kcat.sh
+source "$SERVICES_DIR/kcat.sh"
 
 # One services.sh at a time changes things (two `up`s racing would start two brokers).
 if [[ "$cmd" != status ]]; then
@@ -92,7 +95,12 @@ case "$cmd" in
     installs=()
     for s in "${services[@]}"; do
       case "$(fn_prefix "$s")" in
-        kafka) alive kafka "$KAFKA_PATTERN" || { kafka_install & installs+=($!); } ;;
+        kafka)
+          alive kafka "$KAFKA_PATTERN" || { kafka_install & installs+=($!); }
+          # the tests' third-party reader (test/integration/kcat.test.ts); a stamp check once cached
+          kcat_install &
+          installs+=($!)
+          ;;
         moto) alive moto "$MOTO_PATTERN" || { moto_install & installs+=($!); } ;;
       esac
     done
