@@ -203,11 +203,12 @@ export function oversize(root: string, max = MAX_MARKDOWN_BYTES): string[] {
   return total > max ? [`the Markdown pages are ${total} bytes together, over ${max}: cut repetition, not facts`] : [];
 }
 
-/** Every problem of the three checks, for the project under root. */
+/** Every problem of the four checks, for the project under root. */
 export function docCodeProblems(root: string): string[] {
   const layout = join(root, 'docs', 'development.md');
   return [
     ...staleNames(root),
     ...layoutProblems(existsSync(layout) ? readFileSync(layout, 'utf8') : '', sourceEntries(root)),
+    ...oversize(root),
   ];
 }
