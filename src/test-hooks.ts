@@ -1,5 +1,6 @@
-// Whether the test hooks exist (today one: OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS, the crash window of
-// G2). A build-time constant: every build of scripts/build.mjs (the Lambda zip, dist/) defines
+// Whether the test hooks exist (OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS, the crash window of G2, and
+// the constants tests shorten: src/config/settings.ts lists them). A build-time constant: every
+// build of scripts/build.mjs (the Lambda zip, dist/) defines
 // __OUTBOX_TEST_HOOKS__ as false, so the hooks' code is dead there and esbuild drops it, and no
 // setting of a deployed function can turn one on. The sources, run through tsx (the tests, `npm
 // run relay`), do not define it: hooks on. Guard each hook's code with `if (TEST_HOOKS …) { … }` or

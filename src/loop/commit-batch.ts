@@ -1,6 +1,3 @@
-// One batch's commit step: the broker's outcome settled into marks, attempts and parks
-// (settlement.ts), written and committed; usually only the COMMIT is left, and it joins the
-// commit chain (commit-chain.ts), its answer read while the next batch is published.
 import { DatabaseError, RelayError, describe } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import type { CommitChain } from './commit-chain.ts';
@@ -13,12 +10,10 @@ export interface CommitContext {
   policy: RetryPolicy;
   random?: () => number;
   commits: CommitChain;
-  /** counts what was committed: published, retried, parked */
   summary: Summary;
   logger: Logger;
 }
 
-/** Mark acked rows sent, charge rejected rows an attempt (or park them), COMMIT. */
 export async function commitBatch(batch: Batch, outcome: PublishOutcome, ctx: CommitContext): Promise<void> {
   const attempts = new Map(batch.rows.map((r) => [r.seq, r.attempts]));
   const result = settle(outcome.acked, outcome.rejected, (seq) => attempts.get(seq) ?? 0, ctx.policy, ctx.random);

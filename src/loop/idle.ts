@@ -1,35 +1,16 @@
-// Linger mode (OUTBOX_IDLE=linger): when nothing is left to claim, the invocation waits for new
-// rows instead of returning, until the budget is nearly spent. With a function timeout a little
-// longer than the schedule's period, consecutive invocations overlap and one of them is always
-// waiting, so an event reaches Kafka within a claim's reach of its commit instead of up to a
-// minute later. SKIP LOCKED and the aggregate locks make the overlap safe, as they make any
-// number of concurrent invocations safe.
-//
-// How a waiting invocation learns of new rows:
-// - notify (a direct connection): LISTEN on the channel that the insert trigger notifies at
-//   every producer COMMIT that inserted rows. The claim follows the notification at once.
-// - poll (PgBouncer in transaction mode, RDS Proxy, or LISTEN refused): every OUTBOX_POLL_MS, one
-//   index probe for the newest pending row (newestPendingSql). A row newer than the newest seen
-//   when the wait began wakes the invocation; when the wait began with nothing pending at all,
-//   any pending row does. A claim that found claimable rows it could not get (held by others, or
-//   committed after its snapshot: the probe would take those for old rows) is followed by one
-//   more claim before the wait (Invocation.linger).
-// - both: a claim at least every RECLAIM_MS, whatever the signals say. Rows also become claimable
-//   without an insert (a backoff ends, another invocation rolls back, a foreign lock is released)
-//   and a row can commit with a lower seq than one already seen (seq is taken at INSERT, not at
-//   COMMIT); none of those notify or raise the newest seq.
+// Linger mode (docs/DESIGN.md, "Linger mode: waiting for rows instead of exiting"). Whatever the
+// signals say, a waiting invocation claims every RECLAIM_MS: rows also become claimable without an
+// insert (a backoff ends, a foreign lock is released), and a row can commit with a lower seq than
+// one already seen (seq is taken at INSERT), none of which notifies or raises the newest seq.
 import type { Deadline } from '../budget.ts';
 import type { Logger } from '../log.ts';
 import type { InsertWatch, Store } from './ports.ts';
 
-/** the longest a waiting invocation goes without claiming */
 export const RECLAIM_MS = 2_000;
 
 export type WakeReason = 'notified' | 'probe' | 'reclaim';
 
-/** how it learns of new rows (notify unless a pooler sits in between: config/load.ts, lambda/runtime.ts) and OUTBOX_POLL_MS */
 export interface IdleOptions {
-  /** how a waiting invocation learns of new rows: LISTEN/NOTIFY, or a probe every pollMs */
   wake: 'notify' | 'poll';
   pollMs: number;
 }
@@ -38,7 +19,6 @@ export class Idle {
   private mode: 'notify' | 'poll';
   private watch: InsertWatch | undefined;
   private listening = false;
-  /** notifications received so far; a claim remembers the count it started at */
   private notifications = 0;
   private wakeUp: (() => void) | undefined;
   private closed = false;
@@ -51,22 +31,15 @@ export class Idle {
     this.mode = config.wake;
   }
 
-  /** Learning of new rows by the probe (behind a pooler, or LISTEN failed or was lost). */
   get polling(): boolean {
     return this.mode === 'poll';
   }
 
-  /** The count a claim starting now has seen: notifications after it mean rows it may have missed. */
   seen(): number {
     return this.notifications;
   }
 
-  /**
-   * Wait until rows may be claimable: resolves with why, or undefined when `until` (epoch ms)
-   * comes first. `since.seen`: the count seen() gave when the last claim started; `since.at`: when
-   * it started; `since.anyRowWakes`: any pending row is news (that claim found none pending);
-   * otherwise the first probe only learns where the pending rows end.
-   */
+  /** `since.anyRowWakes`: the last claim found none pending, so any pending row is news. */
   async wait(deadline: Deadline, until: number, since: { seen: number; at: number; anyRowWakes: boolean }): Promise<WakeReason | undefined> {
     if (this.mode === 'notify' && !this.listening) {
       await this.listen(deadline);
@@ -97,7 +70,6 @@ export class Idle {
     }
   }
 
-  /** End the LISTEN, if any. Never rejects. */
   async close(): Promise<void> {
     this.closed = true;
     this.wakeUp?.();
@@ -133,7 +105,6 @@ export class Idle {
     this.logger.warn(`${what}; this invocation polls for new rows every ${this.config.pollMs} ms instead (set DATABASE_PREPARE=false behind a pooler)`, { pollMs: this.config.pollMs, error: err });
   }
 
-  /** Sleep `ms`, or until a notification, a lost LISTEN or close() calls wakeUp. */
   private sleep(ms: number): Promise<void> {
     return new Promise<void>((resolve) => {
       const done = (): void => {
@@ -147,7 +118,7 @@ export class Idle {
   }
 }
 
-/** seq values are int8 as decimal strings without sign or leading zeros: longer is larger */
+// int8 as decimal strings without sign or leading zeros: longer is larger
 function isAfter(a: string, b: string): boolean {
   return a.length > b.length || (a.length === b.length && a > b);
 }

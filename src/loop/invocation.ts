@@ -1,11 +1,6 @@
-// The invocation loop (docs/DESIGN.md, "The invocation loop"): claim → publish → commit, one
-// transaction per batch, until the budget or the rows run out. Read Invocation.relayBatch: it is
-// that section's flowchart, step by step.
-//
-// Three things overlap so that neither the database nor Kafka waits for the other:
-// - the next batch is claimed while this one is published (NextClaim);
-// - this batch's marks are written, uncommitted, while it is on its way (BatchTransaction.premark);
-// - this batch's COMMIT is written, and its answer read one batch later (CommitChain).
+// The invocation loop (docs/DESIGN.md, "The invocation loop"); Invocation.relayBatch is that
+// section's flowchart, step by step. The next claim, this batch's marks and its COMMIT's answer
+// overlap the publish, so that neither the database nor Kafka waits for the other.
 import { BatchBudget, type Deadline } from '../budget.ts';
 import type { Config } from '../config/types.ts';
 import { DatabaseError, DeadlineExceededError } from '../errors.ts';
@@ -30,7 +25,7 @@ export interface RelayDeps {
   publisher: Publisher;
   config: Config['outbox'];
   logger: Logger;
-  /** test-only: pause after the broker acked a batch, before its marks commit (crash window); src/test-hooks.ts */
+  /** test-only (src/test-hooks.ts): the crash window between the broker's acks and the marks' commit */
   pauseAfterPublishMs?: number;
   random?: () => number;
 }
@@ -38,17 +33,12 @@ export interface RelayDeps {
 export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promise<Summary> {
   const invocation = new Invocation(deps, deadline);
   await invocation.checkTables();
-  // a partitioned outbox made by migrate: its partitions made ahead, the old ones dropped, before
-  // the first claim (never fails the invocation); its sent table is then not pruned by rows
   await maintainPartitions(deps.store, deps.config.retainSentMs, deps.logger, deadline);
-  // retention runs alongside the loop for the whole invocation (see loop/retention.ts)
   const { retainSkippedMs } = deps.config;
   const retainSentMs = deps.store.partitionsMaintained ? 0 : deps.config.retainSentMs;
   const windows = { sentMs: retainSentMs, skippedMs: retainSkippedMs };
   const retains = retainSentMs > 0 || retainSkippedMs > 0;
   const retention = retains ? new Retention(deps.store, windows, deps.logger) : undefined;
-  // the waiting marks: stale marks cleared before the first claim, new rows marked waiting
-  // alongside the loop; neither fails the invocation
   const blocked = await clearStaleMarks(deps.store, deps.logger, deadline);
   const pruning = retention?.run(deadline) ?? Promise.resolve(0);
   const tidying = blocked ? markWaiting(deps.store, deps.logger, deadline) : Promise.resolve();
@@ -66,26 +56,16 @@ export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promis
 class Invocation {
   private readonly summary = newSummary();
   private readonly startedAt = Date.now();
-  /** the budget rule: whether a batch, or the claim ahead, still fits; when sends give up */
   private readonly budget: BatchBudget;
   private readonly commits = new CommitChain();
-  /**
-   * Aggregates held back behind an unclaimable row (ClaimedRow.behindUnclaimable): left out of this
-   * invocation's later claims so they neither fill every batch nor are claimed again and again;
-   * the next invocation looks at them again.
-   */
+  /** left out of later claims, so they neither fill every batch nor are claimed again and again */
   private readonly aggregatesBehindUnclaimable = new Set<string>();
-  /** Topics the broker refused as a whole (deleted, unknown, forbidden): not claimed again in this invocation. */
   private readonly backedOffTopics = new Set<string>();
   private readonly heldBackRows = new Set<string>();
-  /** clearStaleMarksOnce ran in this invocation */
   private staleMarksCleared = false;
-  /** the batch whose transaction is open, rolled back if the invocation fails */
   private inHand: Batch | undefined;
   private ahead: NextClaim | undefined;
-  /** linger mode only: waits for new rows once nothing is left to claim */
   private readonly idle: Idle | undefined;
-  /** the latest claim: when it started, the notifications it had seen, whether a pending row is news (Idle.wait) */
   private lastClaim = { at: 0, seen: 0, anyRowWakes: false, claimOnceMore: false, recheck: false };
 
   constructor(
@@ -96,7 +76,6 @@ class Invocation {
     if (deps.config.idle === 'linger') this.idle = new Idle(deps.store, deps.config, deps.logger);
   }
 
-  /** Fails the invocation, before anything is claimed or published, when the marks could not be written. */
   async checkTables(): Promise<void> {
     try {
       for (const warning of await this.deps.store.checkTables(this.deadline)) this.deps.logger.warn(warning);
@@ -120,11 +99,6 @@ class Invocation {
     }
   }
 
-  /**
-   * Linger mode, after a stop that means "nothing to claim now": wait for new rows (src/loop/idle.ts)
-   * until only a batch's time is left, then claim. Undefined: the invocation ends, with the stop
-   * reason of its last claim.
-   */
   private async linger(): Promise<Batch | undefined> {
     if (!this.idle || !LINGERS_AFTER.has(this.summary.stoppedBecause)) return undefined;
     // the last COMMIT's answer first: a failed one fails the invocation now, not when it ends
@@ -144,7 +118,6 @@ class Invocation {
     return timed(this.summary, 'claim', this.claim());
   }
 
-  /** One turn of the loop: publish `batch` and commit what was acked. Returns the next batch, or undefined to stop. */
   private async relayBatch(batch: Batch): Promise<Batch | undefined> {
     this.inHand = batch;
     const ready = this.publishableRows(batch);
@@ -171,7 +144,6 @@ class Invocation {
     return this.nextBatch(outcome);
   }
 
-  /** Rows this batch can publish; the rest wait behind an earlier row of their aggregate (G4). */
   private publishableRows(batch: Batch): ClaimedRow[] {
     const ready: ClaimedRow[] = [];
     for (const r of batch.rows) {
@@ -205,11 +177,7 @@ class Invocation {
     return this.stop(why);
   }
 
-  /**
-   * Everything claimed is held back: behind rows that are next in line now (the next claim starts
-   * with them), or behind unclaimable rows (those aggregates are now left out). Claim again, once the
-   * last COMMIT has landed: rows may have waited behind that batch.
-   */
+  /** After the last COMMIT has landed: rows may have waited behind that batch. */
   private async claimAgain(batch: Batch): Promise<Batch | undefined> {
     await this.release(batch);
     if (!this.budget.fits()) return this.stop('budget');
@@ -219,10 +187,8 @@ class Invocation {
   }
 
   /**
-   * Rows held back only behind stale marks (their blocking row went in a way that did not
-   * clear them: two removals at once, triggers disabled): clear every stale mark, once per
-   * invocation, and let those aggregates be claimed again. Any mark still stale after that keeps
-   * its aggregate out until the next invocation, so the loop cannot claim behind it again and again.
+   * Once per invocation: a mark still stale after that (its blocking row went in a way that did not
+   * clear it) keeps its aggregate out until the next one, so the loop cannot claim behind it again and again.
    */
   private async clearStaleMarksOnce(batch: Batch): Promise<void> {
     const stale = batch.rows.filter((r) => r.behindStaleMark).map((r) => r.aggregateid);
@@ -233,10 +199,8 @@ class Invocation {
   }
 
   /**
-   * Claim the next batch while this one is published, when this batch was full (more rows are
-   * likely) and two batches fit the budget. It cannot take this batch's aggregates (their locks
-   * are held until this batch commits), so the two never race; it is told this batch's rows are
-   * in flight, which stays true because this batch commits only after it has returned.
+   * Only after a full batch (more rows are likely). It cannot race this batch: their aggregates
+   * stay locked until this batch commits, which is only after the claim has returned.
    */
   private async claimAhead(batch: Batch): Promise<NextClaim | undefined> {
     const full = batch.rows.length >= this.deps.config.batchSize;
@@ -248,7 +212,6 @@ class Invocation {
     return ahead;
   }
 
-  /** Plan the batch, premark what will be sent, send it (loop/publish-batch.ts). Never throws for Kafka's failures. */
   private publish(batch: Batch, ready: ClaimedRow[]): Promise<PublishOutcome> {
     const { publisher, store, config } = this.deps;
     const { topicTemplate, rowRules: rules } = config;
@@ -280,7 +243,6 @@ class Invocation {
     }
   }
 
-  /** The stop rule after a batch, then the claim ahead, or a fresh claim when that found nothing. */
   private async nextBatch(outcome: PublishOutcome): Promise<Batch | undefined> {
     const ahead = this.ahead;
     this.ahead = undefined;
@@ -308,7 +270,6 @@ class Invocation {
     return timed(this.summary, 'claim', this.claim());
   }
 
-  /** Open a batch transaction and claim into it; `after`: follow that transaction's COMMIT on its connection. */
   private async claim(after?: BatchTransaction, inFlight: string[] = []): Promise<Batch> {
     const startedAt = Date.now();
     this.summary.claims++;
@@ -339,14 +300,12 @@ class Invocation {
     return undefined;
   }
 
-  /** Ends what is open and turns the error into the invocation's failure, with its summary if the database's. */
   private async failed(err: unknown): Promise<unknown> {
     await this.inHand?.tx.rollback();
     await this.ahead?.discard();
     await this.commits.answered().catch(() => undefined);
-    // Only database statements can lose the race with the deadline here (sends report through
-    // the outcome): a database that does not answer within the whole budget is hung, and fails
-    // the invocation like a broker that is down, so it shows in Lambda's Errors metric.
+    // Only statements can lose the race with the deadline here (sends report through the outcome):
+    // a database hung for the whole budget fails like a broker that is down (nextBatch).
     const hung = err instanceof DeadlineExceededError;
     const failure = hung
       ? new DatabaseError(`the database did not answer in time: ${err.message}`, { cause: err })
@@ -362,7 +321,6 @@ class Invocation {
   }
 }
 
-/** The stops that mean "nothing to claim now": linger mode waits for rows after them. */
 const LINGERS_AFTER: ReadonlySet<StopReason> = new Set([
   'empty',
   'behind-failed-rows',

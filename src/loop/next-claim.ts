@@ -1,4 +1,3 @@
-// A batch as the loop holds it, and a claim started ahead, while the batch before it is published.
 import type { BatchTransaction, ClaimedRow } from './ports.ts';
 
 export interface Batch {
@@ -7,14 +6,13 @@ export interface Batch {
   startedAt: number;
 }
 
-/** A claim started ahead; taken or discarded once. */
 export class NextClaim {
   constructor(private readonly claim: Promise<Batch>) {
-    // read by take() or discard(); never an unhandled rejection meanwhile
+    // never an unhandled rejection before take() or discard()
     claim.catch(() => undefined);
   }
 
-  /** Resolves once the claim has returned, whatever it found (the batch in flight needs it: ClaimFilter.inFlight). */
+  /** Whatever it found: the batch in flight is told its rows are in flight only until then (ClaimFilter.inFlight). */
   returned(): Promise<void> {
     return this.claim.then(noop, noop);
   }

@@ -1,43 +1,25 @@
-// Planning a batch (pure): which claimed rows become messages now, which are rejected before any
-// send (they can never be sent as they are), and which wait, uncharged, for a later batch. What a
-// message is, and which the broker can never take, the publisher says (MessageFormat); what a row
-// may choose (its topic's prefix, its headers), the relay's rules (row-rules.ts).
 import { payloadLeftOut, type OutboxRow, type RowRules } from '../domain.ts';
 import { MessageRejectedError } from '../errors.ts';
 import type { MessageFormat, OutboundMessage } from './ports.ts';
 import { brokenRule } from './row-rules.ts';
 
 export interface Plan {
-  /** in seq order; an aggregate's messages are a prefix of its rows in the batch */
   messages: OutboundMessage[];
-  /** rows that can never be sent as they are (illegal topic, a broken row rule, too large): charged an attempt */
   rejected: Array<{ seq: string; error: MessageRejectedError }>;
-  /** rows that wait, uncharged: behind a rejected row, a change of topic, or a backed-off topic */
   waiting: string[];
-  /**
-   * rows whose payload the claim left out (payloadLeftOut) and whose topic takes a message that
-   * large: to read (BatchTransaction.readPayloads). While any is listed, the plan is incomplete and
-   * none of its messages may be sent: plan again once they are read.
-   */
+  /** while any is listed, none of the plan's messages may be sent: plan again once they are read */
   unread: string[];
 }
 
 export interface PlanContext {
-  /** the publisher's: rows to messages, and the sizes it refuses */
   format: MessageFormat;
   topicTemplate: string;
-  /** what a row may choose: checked before any send, and before its topic's limit is asked for */
   rules: RowRules;
-  /** the largest message each topic takes (Publisher.maxMessageBytes; topicsToSend lists the topics to look up) */
   limits: ReadonlyMap<string, number>;
-  /** topics the broker refused as a whole in this invocation */
   backedOff: ReadonlySet<string>;
 }
 
-/**
- * The topics whose size limit planBatch needs: those of rows that could be sent. A row that breaks
- * a rule is left out, so that not even its topic's config is asked of the broker.
- */
+/** A row that breaks a rule is left out, so that not even its topic's config is asked of the broker. */
 export function topicsToSend(rows: OutboxRow[], ctx: Omit<PlanContext, 'limits'>): string[] {
   const topics = new Set<string>();
   for (const row of rows) {
@@ -47,7 +29,6 @@ export function topicsToSend(rows: OutboxRow[], ctx: Omit<PlanContext, 'limits'>
   return [...topics];
 }
 
-/** The row's message, or why it can never be sent: the broker's rules (an illegal topic name), then the relay's. */
 function messageOf(row: OutboxRow, ctx: Omit<PlanContext, 'limits'>): OutboundMessage | MessageRejectedError {
   let m: OutboundMessage;
   try {
@@ -59,7 +40,6 @@ function messageOf(row: OutboxRow, ctx: Omit<PlanContext, 'limits'>): OutboundMe
   return brokenRule(m, ctx.rules) ?? m;
 }
 
-/** `rows` in seq order. Once a row of an aggregate is not sent now, none of its later rows is (G4). */
 export function planBatch(rows: OutboxRow[], ctx: PlanContext): Plan {
   const plan: Plan = { messages: [], rejected: [], waiting: [], unread: [] };
   const stopped = new Set<string>();
@@ -76,10 +56,8 @@ export function planBatch(rows: OutboxRow[], ctx: PlanContext): Plan {
       continue;
     }
     // Topics are sent concurrently and fail independently, so a later row of an aggregate bound
-    // for another topic (a per-row topic override) could be acked while an earlier one fails:
-    // G4 broken. Publish an aggregate's rows only up to its first change of topic; the rest wait
-    // for a later batch, which takes them once the earlier rows were acked. Rows claimed before
-    // their topic was backed off (the claim ahead) wait too.
+    // for another topic could be acked while an earlier one fails: G4 broken. An aggregate's rows
+    // are published only up to its first change of topic.
     const first = topicOf.get(row.aggregateid) ?? m.topic;
     topicOf.set(row.aggregateid, first);
     if (first !== m.topic || ctx.backedOff.has(m.topic)) {
@@ -88,7 +66,6 @@ export function planBatch(rows: OutboxRow[], ctx: PlanContext): Plan {
       continue;
     }
     const limit = ctx.limits.get(m.topic);
-    // a payload the claim left out is sized from payload_bytes: parked unread when too large
     const unread = payloadLeftOut(row) ? row.payload_bytes : undefined;
     const tooLarge = limit === undefined ? undefined : ctx.format.tooLarge(m, limit, unread);
     if (tooLarge) {
@@ -97,7 +74,7 @@ export function planBatch(rows: OutboxRow[], ctx: PlanContext): Plan {
       continue;
     }
     if (unread !== undefined) {
-      // not a stop: every payload to read is found at once (the plan is made again once they are)
+      // not a stop, so that every payload to read is found in one plan
       plan.unread.push(row.seq);
       continue;
     }

@@ -1,6 +1,3 @@
-// One batch's publish step: ask the limits of its topics, plan it (plan.ts), read the payloads the
-// claim left out, premark what will be sent, send. Never throws for Kafka's failures: they are the
-// outcome's (PublishOutcome).
 import type { Deadline } from '../budget.ts';
 import { DatabaseError, type RelayError } from '../errors.ts';
 import { planBatch, topicsToSend, type PlanContext } from './plan.ts';
@@ -9,7 +6,6 @@ import type { BatchTransaction, ClaimedRow, PublishOutcome, Publisher, Store } f
 export interface PublishContext extends Omit<PlanContext, 'format' | 'limits'> {
   publisher: Publisher;
   store: Pick<Store, 'unusable'>;
-  /** the sends' deadline (BatchBudget.sendBy) */
   sendBy: Deadline;
 }
 
@@ -25,15 +21,13 @@ export async function publishBatch(
     try {
       limits.set(topic, await publisher.maxMessageBytes(topic, sendBy));
     } catch (err) {
-      // the broker cannot even be asked: the whole batch waits, no row is charged (the
-      // publisher rejects with its failure classified: Publisher.maxMessageBytes)
+      // the broker cannot even be asked: the whole batch waits, no row is charged
       return { acked: [], rejected: [], backedOff: [], unavailable: err as RelayError };
     }
   }
   let planned = planBatch(ready, { ...plan, limits });
   if (planned.unread.length > 0) {
-    // payloads the claim left out as larger than it reads, whose topics take messages that
-    // large (their limits were not known at the claim): read now, and plan again
+      // their topics' limits were not known at the claim, which left out the large payloads
     const unread = new Set(planned.unread);
     await tx.readPayloads(ready.filter((r) => unread.has(r.seq)));
     planned = planBatch(ready, { ...plan, limits });

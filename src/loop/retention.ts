@@ -1,33 +1,21 @@
-// Retention that keeps pace with the relay. In `keep` mode every sent row stays until it is older
-// than OUTBOX_RETAIN_SENT_MS; at the relay's full rate that is as many rows to delete as to mark.
-// Rows an operator skipped are kept apart from that, for OUTBOX_RETAIN_SKIPPED_MS (a month by
-// default): each carries the record of who skipped it and why, which a day's window would lose.
-// So pruning runs alongside the loop, for the whole invocation, on a connection of its own (the
-// rows it deletes are sent, the loop's are pending: they never wait on each other), in short
-// chunks, oldest first, until nothing older than the window is left or the deadline nears. It
-// never fails the invocation: what it could not delete, the next invocation deletes.
-//
-// Each place (PruneTarget) is pruned on its own: one the database refuses (the sent table missing,
-// or not writable by the role: in delete mode the role needs no privilege there, docs/schema.md,
-// "The relay's database role") is logged, once per invocation, and the pass goes on with the
-// next, so skipped rows in the outbox are still pruned. Any other failure (the deadline, a lost
-// connection) ends the pass: the next place would fail the same way.
+// Pruning runs alongside the loop on a connection of its own, in short chunks (docs/schema.md,
+// "Retention: how big the tables grow"): at the relay's full rate in keep mode there are as many
+// rows to delete as to mark, and the rows it deletes are sent, the loop's pending, so they never
+// wait on each other. A place the database refuses (in delete mode the role may hold no privilege
+// on the sent table) is skipped so the others are still pruned; any other failure would fail the
+// next place the same way, so it ends the pass.
 import { BatchTimer, type Deadline } from '../budget.ts';
 import { DeadlineExceededError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import type { PruneTarget, Store } from './ports.ts';
 
-/** rows per chunk: one short transaction each (a few tens of milliseconds) */
+// a few tens of milliseconds per chunk's transaction
 export const PRUNE_CHUNK_ROWS = 5_000;
 
-/** sent rows first (they are nearly all of them), then skipped ones */
 const PRUNE_TARGETS: readonly PruneTarget[] = ['sent', 'skipped'];
 
-/** How long each kind of row is kept, in ms; 0 keeps them forever. */
 export interface RetentionWindows {
-  /** sent rows (OUTBOX_RETAIN_SENT_MS), in the sent table */
   sentMs: number;
-  /** skipped rows (OUTBOX_RETAIN_SKIPPED_MS), with their audit record */
   skippedMs: number;
 }
 
@@ -41,7 +29,6 @@ export class Retention {
     private readonly logger: Logger,
   ) {}
 
-  /** Deletes chunks (sent rows, then skipped ones: PRUNE_TARGETS) until none older than its window is left, the deadline nears, or stop(). Resolves with the number deleted; never rejects. */
   async run(deadline: Deadline): Promise<number> {
     let deleted = 0;
     for (const what of PRUNE_TARGETS) {
@@ -69,7 +56,6 @@ export class Retention {
     return deleted;
   }
 
-  /** The invocation failed: no new chunk starts (the one running finishes or is cancelled at the deadline). */
   stop(): void {
     this.stopped = true;
   }
@@ -84,11 +70,8 @@ const SENT_HINT =
   'in keep mode the relay\'s role needs SELECT and DELETE on the sent table for retention (docs/schema.md, "The relay\'s database role"); ' +
   'in delete mode it needs none there, and the sent table only holds rows kept before a switch to delete: grant them to prune those rows';
 
-/**
- * The database refused the statement for its objects (SQLSTATE class 42: a table missing, a
- * privilege lacking), not the connection or the clock: other places may still be pruned. The
- * store wraps the server's error (cause).
- */
+// SQLSTATE class 42 (a table missing, a privilege lacking) is about this place, not the connection
+// or the clock.
 function refusedPlace(err: unknown): boolean {
   let e: unknown = err;
   for (let depth = 0; e && depth < 3; depth++) {

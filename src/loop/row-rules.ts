@@ -1,15 +1,11 @@
-// What a row may choose (pure). Whoever can INSERT into the outbox picks a row's topic (the
-// `topic` column, or the columns the template fills in) and its extra headers, and the relay
-// publishes with its own Kafka principal: these rules keep a row to the topics the deployment
-// meant (OUTBOX_TOPIC_PREFIX, which a prefixed Kafka ACL or an IAM topic ARN pattern can match
-// too) and keep its headers from steering consumers (`__TypeId__` picks the class Spring's
-// JsonDeserializer builds) or growing without bound. A row that breaks one is parked at once with
-// the rule and its setting named (docs/security.md): the same row could never pass later.
+// Whoever can INSERT into the outbox picks a row's topic and headers, and the relay publishes with
+// its own Kafka principal: these rules keep a row to the deployment's topics and keep its headers
+// from steering consumers (`__TypeId__` picks the class Spring's JsonDeserializer builds)
+// (docs/security.md).
 import { RELAY_HEADERS, RESERVED_HEADER_PREFIX, type RowRules } from '../domain.ts';
 import { MessageRejectedError } from '../errors.ts';
 import type { OutboundMessage } from './ports.ts';
 
-/** The first rule `message` breaks, as the error its row is parked with; undefined when it keeps them all. */
 export function brokenRule(message: OutboundMessage, rules: RowRules): MessageRejectedError | undefined {
   if (!message.topic.startsWith(rules.topicPrefix)) {
     return park(

@@ -1,9 +1,6 @@
-// Settling a batch (pure): the broker's acks and rejections become the marks, attempts and parks
-// that the batch's transaction writes before its COMMIT.
 import { backoffMs, shouldPark } from './backoff.ts';
 import type { MessageRejectedError } from '../errors.ts';
 
-/** One failed attempt of a row: why, when to try again, or park it. */
 export interface Failure {
   seq: string;
   error: string;
@@ -12,7 +9,7 @@ export interface Failure {
 }
 
 export interface Settlement {
-  /** rows the broker acknowledged: the only ones marked sent (G1) */
+  /** acked: the only rows marked sent (G1) */
   sent: string[];
   failures: Failure[];
 }

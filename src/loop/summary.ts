@@ -1,6 +1,4 @@
-// What an invocation reports: counts, where its time went, and why it stopped.
-
-/** Why an invocation ended. The last two fail the invocation (Lambda's Errors metric sees them). */
+/** The last two fail the invocation (Lambda's Errors metric sees them). */
 export type StopReason =
   | 'empty' // nothing left to send: no pending row (parked rows may remain; `status` lists them)
   | 'behind-failed-rows' // every pending row is backing off, or is held back behind a backing-off or parked row of its aggregate
@@ -12,30 +10,20 @@ export type StopReason =
   | 'database-error';
 
 export interface Summary {
-  /** rows published or attempted (held-back rows excluded) */
   claimed: number;
   published: number;
   retried: number;
   parked: number;
-  /** distinct rows held back behind an earlier row of their aggregate that was not in their claim */
+  /** behind an earlier row of their aggregate that was not in their claim */
   heldBack: number;
   batches: number;
-  /** claim statements run: batches, plus claims that found nothing to publish (bounded by the work done, never a loop) */
+  /** batches, plus claims that found nothing to publish: bounded by the work done, never a loop */
   claims: number;
   pruned: number;
-  /** topics the broker refused as a whole in this invocation (deleted, unknown, forbidden): their rows wait, uncharged */
   topicsBackedOff: string[];
   durationMs: number;
-  /**
-   * linger mode: how often a waiting invocation woke and claimed (src/loop/idle.ts), by why: a
-   * NOTIFY, the poll's probe seeing a new row, or the periodic claim (RECLAIM_MS)
-   */
   wakeups: { notified: number; probe: number; reclaim: number };
-  /**
-   * where the loop's time went, ms: waiting for claims (not hidden behind a publish), publishing
-   * (encode, send, acks), for the COMMITs' answers, and for new rows (linger mode). For tuning;
-   * their sum is ~durationMs.
-   */
+  /** claims not hidden behind a publish, publishes, COMMITs' answers, linger waits: for tuning, their sum is ~durationMs */
   waitedMs: { claim: number; publish: number; commit: number; idle: number };
   stoppedBecause: StopReason;
   error?: string;

@@ -1,11 +1,9 @@
-// The waiting marks' passes beside the loop (docs/DESIGN.md, "Waiting rows leave the claim index"):
-// stale marks cleared before the first claim, new rows behind blocked aggregates marked alongside.
-// Neither fails the invocation: a mark is an optimisation, never a guarantee.
+// Neither pass fails the invocation: a waiting mark is an optimisation, never a guarantee
+// (docs/DESIGN.md, "The order guard").
 import type { Deadline } from '../budget.ts';
 import type { Logger } from '../log.ts';
 import type { Store } from './ports.ts';
 
-/** Clear the stale marks; true when some aggregate is blocked (markWaiting has work). */
 export async function clearStaleMarks(store: Store, logger: Logger, deadline: Deadline): Promise<boolean> {
   try {
     const { cleared, blocked } = await store.clearStaleMarks(deadline);

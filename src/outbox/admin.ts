@@ -1,5 +1,3 @@
-// Operator queries: status, the backlog figures (also the metrics'), and parked rows. Same
-// configuration as the handler.
 import postgres, { type ReservedSql, type Sql, type TransactionSql } from 'postgres';
 import { BUDGET, type Deadline } from '../budget.ts';
 import { DatabaseError } from '../errors.ts';
@@ -17,33 +15,24 @@ export interface TopicStatus {
   oldestPendingMs: number | null;
 }
 
-/**
- * What the metrics report about the table after each invocation (OldestPendingAgeMs, PendingRows,
- * PendingRowsCapped, ParkedRows, ParkedRowsCapped), under the same names in `status --json`.
- * Cheap and bounded whatever the table's size (see backlogSql).
- */
+/** The metrics' names, also in `status --json`; bounded whatever the table's size (backlogSql). */
 export interface Backlog {
-  /** ms since the pending row with the lowest seq was created (stands in for the oldest pending row); 0 when none is pending */
+  /** the lowest pending seq's age, standing in for the oldest pending row's; 0 when none is pending */
   oldestPendingAgeMs: number;
-  /** pending rows (backing-off ones included), exact up to BACKLOG_COUNT_CAP; more than that reads CAP + 1 */
+  /** exact up to BACKLOG_COUNT_CAP; more than that reads CAP + 1 */
   pendingRows: number;
-  /** more than BACKLOG_COUNT_CAP rows are pending: pendingRows is a lower bound */
   pendingRowsCapped: boolean;
-  /** parked rows, exact up to BACKLOG_COUNT_CAP, likewise */
   parkedRows: number;
   parkedRowsCapped: boolean;
 }
 
-/** Rows counted at most (+1, to tell "exactly the cap" from "more") by the backlog figures. */
+/** +1, to tell "exactly the cap" from "more". */
 export const BACKLOG_COUNT_CAP = 10_000;
 
 /**
- * The backlog figures, in a read-only transaction whose statement_timeout (and idle timeout)
- * ends before `deadline`, raced against `deadline` too in case the server or network hangs
- * (then it throws DeadlineExceededError and the statement may still be running: the caller
- * should not reuse the client). One round trip: BEGIN, the timeouts and the query are pipelined
- * on a reserved connection; ROLLBACK ends the transaction, which has nothing to commit, and the
- * connection is released only once it is answered (else UnconfirmedRollbackError, the client ended).
+ * Raced against `deadline` too, in case the server or network hangs: then the statement may still
+ * be running, and the caller should not reuse the client. One round trip: BEGIN, the timeouts and
+ * the query are pipelined on a reserved connection.
  */
 export async function backlog(sql: Sql, table: TableName, deadline: Deadline): Promise<Backlog> {
   // the server gives up first, with an ordinary error, so the client-side race is only a backstop
@@ -51,8 +40,7 @@ export async function backlog(sql: Sql, table: TableName, deadline: Deadline): P
   const read = (async () => {
     await openConnections(sql);
     const conn = await sql.reserve();
-    // did the server answer (rows, or an error such as the statement timeout)? Then the
-    // connection is alive and can take the ROLLBACK
+    // an answer (rows, or an error such as the statement timeout) means the connection can take the ROLLBACK
     let answered = false;
     try {
       const [, , rows] = await Promise.all([
@@ -68,7 +56,6 @@ export async function backlog(sql: Sql, table: TableName, deadline: Deadline): P
     } finally {
       // Nothing is written to a connection that did not answer: postgres.js 3.4.9 can crash the
       // process writing to a reserved connection whose socket closed (porsager/postgres#1208).
-      // That connection stays reserved until the client is replaced (Runtime) or the process ends.
       if (answered) await endReadOnly(sql, conn, deadline);
     }
   })();
@@ -85,18 +72,9 @@ export async function backlog(sql: Sql, table: TableName, deadline: Deadline): P
   };
 }
 
-/**
- * The backlog read's ROLLBACK was not answered in its grace (or failed): the connection may still
- * be in the transaction, so it was not released; the client was ended, and the server rolls back
- * as its connections close (docs/DESIGN.md, "A transaction is ended by the server"). The caller
- * needs a new client.
- */
+/** The connection may still be in the transaction, so the client was ended (docs/DESIGN.md, "The batch transaction's states"). */
 export class UnconfirmedRollbackError extends DatabaseError {}
 
-/**
- * A connection goes back to the pool only once the server answered its ROLLBACK, within the
- * grace a batch's rollback has (BUDGET.rollbackGraceMs); otherwise the whole client is ended.
- */
 async function endReadOnly(sql: Sql, conn: ReservedSql, deadline: Deadline): Promise<void> {
   const { min, max } = BUDGET.rollbackGraceMs;
   const graceMs = Math.min(max, Math.max(min, deadline.remaining()));
@@ -116,22 +94,17 @@ async function endReadOnly(sql: Sql, conn: ReservedSql, deadline: Deadline): Pro
 
 export interface Status extends Backlog {
   table: string;
-  /** exact counts from a full pass over the unsent rows, by topic (below) */
   pending: number;
   retrying: number;
   parked: number;
-  /** the exact age of the oldest pending created_at; null when none is pending */
   oldestPendingMs: number | null;
   topics: TopicStatus[];
 }
 
-/** `status`: exact counts by topic (one pass over the unsent rows), plus the backlog figures the metrics report. */
 export async function status(sql: Sql, table: TableName, template: string, deadline: Deadline): Promise<Status> {
-  // per topic, over every pending row: bounded on the server (statement_timeout) and by the deadline.
-  // The server's timeout is what should end a blocked read (an ordinary error, the connection
-  // fine), 100 ms before the client's deadline. It is computed once connected and in the
-  // transaction, and sent pipelined with the query: the time a connection takes (a pooler's
-  // SCRAM login, a busy machine) used to come out of those 100 ms, and the client gave up first.
+  // The server's timeout should end a blocked read (an ordinary error, the connection fine), 100 ms
+  // before the client's deadline. It is computed once in the transaction and pipelined with the
+  // query: the time a connection takes (a pooler's SCRAM login) used to come out of those 100 ms.
   const [, rows] = await deadline.race(
     'reading the status per topic',
     sql.begin((tx) => {
@@ -177,11 +150,10 @@ export interface ParkedRow {
   last_error: string | null;
   parked_at: Date;
   created_at: Date;
-  /** the last `parked retry` of this row (it was parked before, and is again), if any */
   retried_at: Date | null;
   retried_by: string | null;
   retried_reason: string | null;
-  /** who ran that `parked retry` (--operator, the AWS caller identity or the OS user) */
+  /** --operator, the AWS caller identity or the OS user */
   retried_operator: string | null;
 }
 
@@ -189,40 +161,30 @@ export function listParked(sql: Sql, table: TableName, limit = 100): Promise<Par
   return sql.unsafe<ParkedRow[]>(q.parkedListSql(qualified(table)), [limit]);
 }
 
-/** What an operator's `parked retry|skip` acts on, and why (stored with each row, and logged). */
 export interface OperatorRequest {
-  /** the rows named, in the order given; null: every parked row (`retry --all`) */
+  /** null: every parked row (`retry --all`) */
   ids: string[] | null;
-  /** why (required by the CLI): stored with each row acted on */
   reason: string;
-  /** who runs the command (src/cli/operator.ts): stored with each row beside the database role */
   operator: string;
-  /** decide and report, change nothing */
   dryRun: boolean;
   policy: ParkedPolicy;
 }
 
-/** A row named that the command did not act on, and why. */
 export interface NotActedOn {
   id: string;
-  /** what the row is instead: no such row in the outbox, sent, skipped, pending or retrying */
   state: 'unknown' | 'sent' | 'skipped' | 'pending' | 'retrying';
   why: string;
 }
 
 export interface OperatorResult {
-  /** the rows acted on (in a dry run: that would be), in seq order */
+  /** in a dry run: that would be */
   actedOn: string[];
-  /** the rows named that were not, in the order given */
   notActedOn: NotActedOn[];
-  /** the database role (session_user) and the time recorded with each row */
   by: string;
-  /** who ran the command, recorded with each row too */
   operator: string;
   at: Date;
 }
 
-/** The lookup's row (operatorLookupSql): what decides whether the command may act on it. */
 export interface LookedUp {
   id: string;
   aggregateid: string;
@@ -234,11 +196,7 @@ export interface LookedUp {
   next_attempt_at: Date;
 }
 
-/**
- * Which of the rows asked for the command may act on: a parked row, not sent and not skipped.
- * Pure (the unit tests feed it rows). `asked` null: every row found (`retry --all`, whose lookup
- * finds only parked rows). An id asked twice is decided once.
- */
+/** Pure, for the unit tests. An id asked twice is decided once. */
 export function decide(action: 'retry' | 'skip', asked: string[] | null, found: LookedUp[]): Pick<OperatorResult, 'actedOn' | 'notActedOn'> {
   const byId = new Map(found.map((r) => [r.id, r]));
   const notActedOn: NotActedOn[] = [];
@@ -258,16 +216,11 @@ export function decide(action: 'retry' | 'skip', asked: string[] | null, found: 
   return { actedOn: found.filter((r) => (!named || named.has(r.id)) && !refused.has(r.id)).map((r) => r.id), notActedOn };
 }
 
-/**
- * `parked retry`: the parked rows named (or all: ids null) back to pending with attempts reset,
- * recording who, when and why. The rows waiting behind them are freed in the same transaction
- * (the waiting marks).
- */
+/** The rows waiting behind them are freed in the same transaction. */
 export function retryParked(sql: Sql, table: TableName, request: OperatorRequest): Promise<OperatorResult> {
   return repairParked(sql, table, 'retry', request);
 }
 
-/** `parked skip`: the parked rows named are never to be sent, recording who, when and why; they no longer hold their aggregates back. */
 export function skipParked(sql: Sql, table: TableName, request: Omit<OperatorRequest, 'ids'> & { ids: string[] }): Promise<OperatorResult> {
   return repairParked(sql, table, 'skip', request);
 }

@@ -1,6 +1,5 @@
-// One batch's transaction on a reserved connection, BEGIN and COMMIT by hand: open → committing
-// (COMMIT on the wire, the connection maybe handed to the next batch) → ended. Its states and how
-// a transaction is ended: docs/DESIGN.md, "The batch transaction's states".
+// BEGIN and COMMIT by hand, on a reserved connection that may be handed to the next batch while
+// the COMMIT is on the wire: docs/DESIGN.md, "The batch transaction's states".
 import type { Deadline } from '../budget.ts';
 import { socketsFlushed } from '../loop/event-loop.ts';
 import type { BatchTransaction, ClaimFilter, ClaimedRow } from '../loop/ports.ts';
@@ -10,13 +9,12 @@ import * as q from './sql.ts';
 import type { TxSettings } from './tx-settings.ts';
 import type { PendingQuery, ReservedSql, Row, RowList } from 'postgres';
 
-/** rows marked waiting per transaction by markWaiting: a long backlog is marked in short transactions */
+// a long backlog is marked in short transactions
 export const MARK_WAITING_CHUNK = 10_000;
 
-/** The statements a batch transaction sends, the store's (a bench's store replaces some). */
+/** A bench's store replaces some. */
 export interface BatchStatements {
   readonly table: string;
-  /** the mark: $1, $2 the sent rows' addresses (sql.ts, markedBy) */
   readonly markText: string;
   readonly unwaitText: string;
   readonly markWaitingText: string;
@@ -25,23 +23,19 @@ export interface BatchStatements {
   claimStatement(limit: number, filter: ClaimFilter): q.Statement;
 }
 
-/** open: BEGIN sent. committing: COMMIT written, answer pending. ended: the connection released, unless handed over. */
 type TxState = 'open' | 'committing' | 'ended';
 
-/** Where a claimed row version is (sql.ts markedBy): its table or partition, and its ctid there. */
 type Address = { rel: string; tid: string };
 
 const NO_FILTER: ClaimFilter = { aggregates: [], inFlight: [], topics: [], topicTemplate: '' };
 
 export class BatchTx implements BatchTransaction {
   private state: TxState = 'open';
-  /** who uses the connection: this transaction, or the next batch's (OutboxStore.begin's `after`), once */
+  /** this transaction, or the next batch's (OutboxStore.begin's `after`), once */
   private connectionUser: 'this' | 'next' = 'this';
-  /** the rows premark() marked behind the savepoint, and whether those statements succeeded */
   private premarked?: { seqs: Set<string>; written: Promise<boolean> };
-  /** the claimed rows' aggregates, whether each had failed before (sending it may free its aggregate), and addresses */
+  /** whether each had failed before: sending it may free its aggregate */
   private readonly claimed = new Map<string, { aggregateid: string; retried: boolean; rel: string; tid: string }>();
-  /** BEGIN and the settings, in flight ahead of the first statement (see open) */
   private opened: Promise<void> = Promise.resolve();
 
   private constructor(
@@ -51,10 +45,7 @@ export class BatchTx implements BatchTransaction {
     private readonly deadline: Deadline,
   ) {}
 
-  /**
-   * BEGIN and the settings sent without waiting for their answers: the first statement follows them
-   * down the connection (postgres.js pipelines), so a claim costs one round trip, not three.
-   */
+  /** Sent without waiting for their answers (postgres.js pipelines), so a claim costs one round trip, not three. */
   static open(
     client: Connections,
     statements: BatchStatements,
@@ -84,15 +75,13 @@ export class BatchTx implements BatchTransaction {
     return this.run(what, this.conn.unsafe<T>(text, params as never[], options));
   }
 
-  /** Up to `limit` rows in seq order, with the order guard's verdict (ClaimFilter says what is left out). */
   async claim(limit: number, filter: ClaimFilter = NO_FILTER): Promise<ClaimedRow[]> {
     const { text, params } = this.statements.claimStatement(limit, filter);
     const claimed = this.send<Array<ClaimedRow & Address>>('claiming a batch', text, params);
     claimed.catch(() => undefined);
-    // if BEGIN failed, so did the claim behind it: the connection is the same
     await this.opened;
     const rows = await claimed;
-    // seq order is the publishing order within an aggregate (G4); the claim leaves it to us
+    // the claim leaves seq order to us (claim.ts)
     rows.sort(bySeq);
     for (const r of rows) this.claimed.set(r.seq, { aggregateid: r.aggregateid, retried: r.attempts > 0, rel: r.rel, tid: r.tid });
     const heldBack = rows.filter((r) => !r.publishable);
@@ -104,14 +93,12 @@ export class BatchTx implements BatchTransaction {
     const why = new Map(held.map((g) => [g.seq, g.why]));
     for (const r of heldBack) {
       const because = why.get(r.first_gap!);
-      // an unclaimable gap row: its aggregate is left out (heldGapsSql)
       r.behindUnclaimable = because != null;
       r.behindStaleMark = because === 'waiting';
     }
     return rows;
   }
 
-  /** Fill in the payloads the claim left out (ClaimBytes.payload) of these rows, locked by this transaction. */
   async readPayloads(rows: ClaimedRow[]): Promise<void> {
     if (rows.length === 0) return;
     type Read = { seq: string; payload: string | null };
@@ -121,10 +108,7 @@ export class BatchTx implements BatchTransaction {
     for (const r of rows) r.payload = bySeq.get(r.seq) ?? null;
   }
 
-  /**
-   * Mark the rows about to be sent behind a savepoint, uncommitted, while they are on their way:
-   * settle() then has only to COMMIT, after the acks (G1). docs/DESIGN.md, "The commit chain".
-   */
+  /** So that after the acks only the COMMIT is left (docs/DESIGN.md, "The commit chain and the claim ahead"). */
   premark(seqs: string[]): void {
     if (seqs.length === 0 || this.client.poisoned) return;
     const { markText, unwaitText } = this.statements;
@@ -143,10 +127,7 @@ export class BatchTx implements BatchTransaction {
     this.premarked = { seqs: new Set(seqs), written };
   }
 
-  /**
-   * Every premarked row acked, nothing failed: COMMIT, resolved once written to the socket, with a
-   * promise of its answer; undefined when the batch needs markAndCommit() instead.
-   */
+  /** Resolved once written to the socket, with a promise of its answer. */
   async commitIfAllPremarked(sent: string[], failures: Failure[]): Promise<{ answer: Promise<void> } | undefined> {
     const pre = this.premarked;
     if (!pre || failures.length > 0 || sent.length !== pre.seqs.size || !sent.every((s) => pre.seqs.has(s)))
@@ -156,23 +137,20 @@ export class BatchTx implements BatchTransaction {
     const answer = this.endWith(this.run('committing the batch', this.conn`COMMIT`));
     answer.catch(() => undefined);
     this.state = 'committing';
-    // on the wire before the next batch reaches the broker (G2): docs/DESIGN.md, "The commit chain"
+    // on the wire before the next batch reaches the broker (G2)
     await socketsFlushed();
     return { answer };
   }
 
-  /** One statement of the transaction, after its BEGIN (a side transaction's: side-tx.ts). */
   async query<T extends Row[]>(what: string, text: string, params: Array<string | number | null>): Promise<RowList<T>> {
     await this.opened;
     return this.send<T>(what, text, params);
   }
 
-  /** COMMIT and wait for its answer (a side transaction's end). */
   commit(what: string): Promise<void> {
     return this.endWith(this.run(what, this.conn`COMMIT`));
   }
 
-  /** The transaction ends with its COMMIT's answer. */
   private endWith(commit: Promise<unknown>): Promise<void> {
     return commit.then(
       () => this.end(),
@@ -186,31 +164,26 @@ export class BatchTx implements BatchTransaction {
     );
   }
 
-  /** The connection, for the next batch's transaction, while this one's COMMIT is on the wire; once. */
   handOver(): ReservedSql | undefined {
     if (this.state !== 'committing' || this.connectionUser !== 'this' || this.client.poisoned) return undefined;
     this.connectionUser = 'next';
     return this.conn;
   }
 
-  /** The server ended the transaction: release the connection unless the next batch's transaction has it. */
   private end(): void {
     if (this.state === 'ended') return;
     this.state = 'ended';
     if (this.connectionUser === 'this') this.conn.release();
   }
 
-  /** The transaction's end was not confirmed: never release the connection, end the client. */
+  /** Never release the connection: the transaction may still be open on the server. */
   private endUnconfirmed(): void {
     if (this.state === 'ended') return;
     this.state = 'ended';
     this.client.abandon();
   }
 
-  /**
-   * Mark the acked rows, record the failed attempts and COMMIT, sent at once (one round trip); any
-   * failure aborts the transaction, so nothing of the batch is recorded. Premarks are undone first.
-   */
+  /** Sent at once (one round trip): any failure aborts the transaction, so nothing of the batch is recorded. */
   async markAndCommit(sent: string[], failures: Failure[]): Promise<void> {
     await this.opened;
     const { markText, unwaitText, markWaitingText, table } = this.statements;
@@ -255,10 +228,7 @@ export class BatchTx implements BatchTransaction {
     this.end();
   }
 
-  /**
-   * The addresses (tableoids, ctids) of the claimed rows `seqs`, for the marks: rows this transaction
-   * claimed, and only those. `oneRel`: the tableoids as one when they are all the same (sql.ts markedBy).
-   */
+  /** Only rows this transaction claimed. `oneRel`: one tableoid when they are all the same (sql.ts markedBy). */
   private addressesOf(seqs: string[], oneRel = false): [rels: string[], tids: string[]] {
     const rels: string[] = [];
     const tids: string[] = [];
@@ -271,7 +241,6 @@ export class BatchTx implements BatchTransaction {
     return [oneRel && rels.every((r) => r === rels[0]) ? rels.slice(0, 1) : rels, tids];
   }
 
-  /** The distinct aggregates of the claimed rows `seqs` (only those that had failed before, with `retriedOnly`). */
   private aggregatesOf(seqs: string[], retriedOnly: boolean): string[] {
     const out = new Set<string>();
     for (const seq of seqs) {
@@ -281,10 +250,7 @@ export class BatchTx implements BatchTransaction {
     return [...out];
   }
 
-  /**
-   * Never throws. The connection goes back to the pool only once the server answered the ROLLBACK
-   * within its grace (Deadline.rollbackGrace); otherwise the client is ended, and the server rolls back.
-   */
+  /** Never throws. The connection goes back to the pool only once the server answered the ROLLBACK within its grace. */
   async rollback(): Promise<void> {
     if (this.state !== 'open') return;
     this.state = 'ended';
@@ -295,14 +261,14 @@ export class BatchTx implements BatchTransaction {
         this.conn.release();
         return;
       } catch {
-        // not confirmed: the transaction may still be open on the server
+        // not confirmed: the transaction may still be open on the server, so the client is ended
       }
     }
     this.client.abandon();
   }
 }
 
-/** seq values are int8 as decimal strings without sign or leading zeros: shorter is smaller */
+// int8 as decimal strings without sign or leading zeros: shorter is smaller
 export function bySeq(a: { seq: string }, b: { seq: string }): number {
   return a.seq.length - b.seq.length || (a.seq < b.seq ? -1 : a.seq > b.seq ? 1 : 0);
 }

@@ -1,10 +1,8 @@
-// The claim, one statement, and the two statements that serve it (heldGapsSql, payloadsSql).
-// docs/order-guard.md explains the claim fragment by fragment; each fragment below says why it
-// exists. `{t}` is the validated, quoted table name (identifier.ts); values are bound parameters.
+// docs/order-guard.md explains the claim fragment by fragment; the comments here keep only what the
+// planner needed. `{t}` is the validated, quoted table name (identifier.ts).
 import type { ClaimColumn, ParkedPolicy } from '../domain.ts';
 import type { ClaimFilter } from '../loop/ports.ts';
 
-/** Built together so the text and its parameters cannot disagree. */
 export interface Statement {
   text: string;
   params: unknown[];
@@ -18,22 +16,14 @@ class Params {
   }
 }
 
-/** The claim's bounds in bytes (OutboxStore's options; docs/order-guard.md, "Batches bounded in bytes"). */
+/** docs/order-guard.md, "Batches bounded in bytes" */
 export interface ClaimBytes {
-  /** OUTBOX_MAX_BATCH_BYTES: the most payload and headers bytes one claim takes (its first row, whatever its size) */
   batch: number;
-  /**
-   * a larger payload is left out (NULL, its size in payload_bytes): read afterwards if its topic
-   * takes a message that large, else the row is parked from its size, its payload never read
-   */
   payload: number;
 }
 
-/**
- * One round trip: the rows, locked, each with whether the order guard lets it go now (G4). A
- * feature's fragment is in the text only while the feature is on, so the usual claim is the short
- * one (each shape its own prepared statement).
- */
+// A feature's fragment is in the text only while the feature is on, so the usual claim is the
+// short one (each shape its own prepared statement).
 export function claimStatement(t: string, policy: ParkedPolicy, limit: number, filter: ClaimFilter, lockSeed: string, bytes: ClaimBytes,
   columns: readonly ClaimColumn[] = []): Statement {
   const p = new Params();
@@ -51,9 +41,7 @@ export function claimStatement(t: string, policy: ParkedPolicy, limit: number, f
     'aggs AS (SELECT aggregateid, max(seq) AS max_seq, array_agg(seq) AS seqs FROM taken GROUP BY aggregateid)',
     `gap AS MATERIALIZED (${firstGaps(t, policy, `${anyGapPossible(t, claim.inFlight)} OR ${staleMarkBelow(t)}`)})`,
   ].filter((c) => c !== undefined);
-  // no ORDER BY: OutboxStore.claim puts the rows in seq order (a sort of the wide rows costs the
-  // database more than it costs the caller). A payload is rendered here, for the rows taken only,
-  // and only up to bytes.payload (see ClaimBytes).
+  // no ORDER BY: a sort of the wide rows costs the database more than it costs OutboxStore.claim
   const text = `WITH ${ctes.join(',\n')}
 SELECT seq, id, aggregatetype, aggregateid, type, CASE WHEN payload_bytes <= ${size.payload} THEN payload::text END AS payload, payload_bytes,
   topic, headers, attempts${extra.map((c) => `, ${c}`).join('')}, rel, tid, first_gap, (first_gap IS NULL OR seq < first_gap) AS publishable
@@ -61,23 +49,15 @@ FROM taken LEFT JOIN gap USING (aggregateid)`;
   return { text, params: p.list };
 }
 
-/**
- * Named, never `*`: an application's own column (one called `tid`, say) must not shadow an alias.
- * rel, tid: the row's address, which the mark names it by (sql.ts markedBy).
- */
+// Named, never `*`: an application's own column (one called `tid`, say) must not shadow an alias.
 const CAND_COLUMNS = ['tableoid AS rel', 'ctid AS tid', 'seq', 'id', 'aggregatetype', 'aggregateid', 'type', 'payload', 'payload_bytes',
   'headers_bytes', 'topic', 'headers', 'attempts'];
 
-/** `expr AS placed` is read back as `placed` */
 function columnName(c: ClaimColumn): string {
   return / AS (\w+)$/.exec(c)?.[1] ?? c;
 }
 
-/**
- * A prefix of the candidates in seq order (so each aggregate's rows taken stay a prefix: G4), and
- * the first one whatever its size, so a batch never stalls behind a large row. The window sorts
- * (seq, size) pairs only, from the stored sizes.
- */
+// the first row whatever its size, so a batch never stalls behind a large one
 function batchBytesCut(batchBytes: string): string {
   return `SELECT coalesce(max(seq) FILTER (WHERE running <= ${batchBytes}::bigint), min(seq)) AS last_seq
   FROM (SELECT seq, sum(coalesce(payload_bytes, 0) + coalesce(headers_bytes, 0)) OVER (ORDER BY seq) AS running FROM cand) s`;
@@ -89,23 +69,18 @@ function pending(alias?: string): string {
   return `${c}sent_at IS NULL AND ${c}skipped_at IS NULL AND ${c}parked_at IS NULL AND NOT ${c}waiting`;
 }
 
-/** A topic the broker refused as a whole holds its aggregates' later rows too, whatever their topic (G4). */
 function firstRowsForTopics(t: string, $: { template: string; list: string }): string {
-  // marked waiting or not: any pending row bound for the topic holds its aggregate's later rows
+  // marked waiting or not: any pending row bound for a refused topic holds its aggregate's later rows (G4)
   return `SELECT aggregateid, min(seq) AS first_held FROM ${t}
   WHERE sent_at IS NULL AND skipped_at IS NULL AND parked_at IS NULL
     AND coalesce(nullif(topic, ''), replace(replace(${$.template}::text, '{aggregatetype}', aggregatetype), '{type}', type)) = ANY (${$.list}::text[])
   GROUP BY aggregateid`;
 }
 
-/**
- * A row comes with its aggregate's advisory lock, so concurrent invocations claim disjoint
- * aggregates rather than rows that wait behind each other's. NOT IN on `blocked` is a hashed
- * lookup (NOT EXISTS planned a nested loop over every blocked aggregate). The CASE tries the lock
- * only for a row otherwise claimable, whatever order the plan tests the conditions in. ORDER BY
- * both keys of the claim index: the one path to seq order without a sort. Payloads stay TOAST
- * pointers here; only the rows the byte cut takes are rendered.
- */
+// NOT IN on `blocked` is a hashed lookup (NOT EXISTS planned a nested loop over every blocked
+// aggregate). The CASE tries the lock only for a row otherwise claimable, whatever order the plan
+// tests the conditions in. ORDER BY both keys of the claim index: the one path to seq order
+// without a sort.
 function candidates(t: string, $: { limit: string; seed: string }, leftOut: string | undefined, topics: boolean,
   columns: readonly ClaimColumn[]): string {
   return `SELECT ${[...CAND_COLUMNS, ...columns].join(', ')} FROM ${t} r
@@ -120,11 +95,8 @@ function candidates(t: string, $: { limit: string; seed: string }, leftOut: stri
   FOR UPDATE OF r SKIP LOCKED`;
 }
 
-/**
- * One range scan that lets a single relay's steady state skip the per-aggregate gap probes: a gap
- * needs a pending row below the highest claimed seq that is neither claimed nor in the batch in
- * flight. A row set not due by hand (never failed) blocks nothing, so it stays a possible gap.
- */
+// One range scan that lets a single relay's steady state skip the per-aggregate gap probes. A row
+// set not due by hand (never failed) blocks nothing, so it stays a possible gap.
 function anyGapPossible(t: string, inFlight: string): string {
   return `(SELECT true FROM ${t} WHERE ${pending()}
       AND seq < (SELECT max(seq) FROM taken) AND seq NOT IN (SELECT seq FROM taken) AND seq NOT IN (SELECT unnest(${inFlight}::bigint[]))
@@ -132,22 +104,16 @@ function anyGapPossible(t: string, inFlight: string): string {
     ORDER BY seq, next_attempt_at LIMIT 1) IS NOT NULL`;
 }
 
-/**
- * A waiting row below a claimed row of its aggregate is a stale mark, so a gap: marks are never
- * trusted to be cleared on time. LATERAL ... LIMIT 1 probes the waiting index once per aggregate
- * (a semi-join was planned as a hash of every waiting row), and only while any row waits.
- */
+// Marks are never trusted to be cleared on time. LATERAL ... LIMIT 1 probes the waiting index once
+// per aggregate (a semi-join was planned as a hash of every waiting row), and only while any row waits.
 function staleMarkBelow(t: string): string {
   return `CASE WHEN (SELECT true FROM ${t} WHERE waiting AND sent_at IS NULL AND skipped_at IS NULL ORDER BY aggregateid, seq LIMIT 1)
     THEN EXISTS (SELECT FROM aggs a, LATERAL (SELECT FROM ${t}
       WHERE aggregateid = a.aggregateid AND waiting AND sent_at IS NULL AND skipped_at IS NULL AND seq < a.max_seq LIMIT 1) w) END`;
 }
 
-/**
- * Per claimed aggregate, the first unsent row below our highest seq that is not ours; our rows
- * above it wait. A mark committed after our snapshot only looks like a gap: the error is on the
- * safe side, and heldGapsSql tells the cases apart.
- */
+// A mark committed after our snapshot only looks like a gap: the error is on the safe side, and
+// heldGapsSql tells the cases apart.
 function firstGaps(t: string, policy: ParkedPolicy, possible: string): string {
   return `SELECT a.aggregateid, (SELECT seq FROM ${t}
       WHERE aggregateid = a.aggregateid AND sent_at IS NULL AND skipped_at IS NULL AND seq < a.max_seq${policy === 'skip' ? ' AND parked_at IS NULL' : ''}
@@ -156,7 +122,7 @@ function firstGaps(t: string, policy: ParkedPolicy, possible: string): string {
     FROM aggs a WHERE ${possible}`;
 }
 
-/** Reads only rows that failed (the partial index on attempts > 0): normally none. */
+// reads only rows that failed (the partial index on attempts > 0): normally none
 export function blockedAggregates(t: string, policy: ParkedPolicy): string {
   return `
   SELECT aggregateid, min(seq) AS first_blocked
@@ -172,21 +138,10 @@ export function blockingRows(policy: ParkedPolicy, alias?: string): string {
   return `${policy === 'hold' ? `${c}parked_at IS NOT NULL OR ` : ''}${c}next_attempt_at > now()`;
 }
 
-/**
- * For held-back rows, with a fresh snapshot (a separate statement): why can the rows they wait for
- * ($1) not be claimed now? One row per gap row that still exists unsent, with `why`:
- * - `locked`: a transaction that is not a relay's holds it (relays hold the aggregate's lock, and
- *   we hold that), such as an application's SELECT ... FOR UPDATE: it may stay held for long;
- * - `not-due`, `parked`: it is not claimable now (set so by hand: a row that fails blocks its
- *   aggregate and is never a gap);
- * - `waiting`: its mark is stale (see staleMarkBelow);
- * - NULL: it can be claimed now; the next claim starts with it.
- * A gap row that is gone (sent or deleted after the claim's snapshot) is not listed: the next
- * claim does not see it. The caller leaves out the aggregates of the first three for the rest of
- * the invocation, so a claim is never repeated behind a row it cannot take (a tight loop of
- * claim, hold back, roll back); a stale mark is cleared first (unwaitSql), once. Gap rows we can
- * lock stay locked by us, so no one else takes them out of order meanwhile.
- */
+// A fresh snapshot (docs/order-guard.md, "Rows held back: the second statement"). 'locked' is a transaction that is not a relay's (relays
+// hold the aggregate's lock, and we hold that), such as an application's SELECT ... FOR UPDATE: the
+// caller leaves such aggregates out for the invocation, so a claim is never repeated behind a row
+// it cannot take. Gap rows we can lock stay locked by us, so no one takes them out of order meanwhile.
 export function heldGapsSql(t: string): string {
   return `
 WITH lockable AS (
@@ -205,11 +160,6 @@ WHERE o.seq = ANY ($1::bigint[])
   AND o.sent_at IS NULL AND o.skipped_at IS NULL`;
 }
 
-/**
- * The payloads the claim left out ($1: their seqs) of rows whose topic takes a message that large
- * (ClaimBytes.payload; its limit is known only once the batch's topics were asked): rows of the
- * batch, locked by its transaction.
- */
 export function payloadsSql(t: string): string {
   return `
 SELECT seq, payload::text AS payload FROM ${t}

@@ -1,50 +1,29 @@
-// How the relay's postgres.js clients are built and ended: the parts every client the relay
-// opens shares (the Runtime's, the model test's), and where a client connects to.
 import postgres, { type Options, type Sql } from 'postgres';
 
-/**
- * A Postgres array literal of the values, each element quoted (Postgres' array input syntax:
- * backslash and double quote escaped). The SQL casts the parameter ($1::bigint[]), so one text
- * form serves every element type the relay sends.
- */
+/** One text form for every element type: the SQL casts the parameter ($1::bigint[]). */
 export function arrayLiteral(values: unknown): string {
   if (!Array.isArray(values)) return String(values);
   return `{${values.map((v) => (v === null || v === undefined ? 'NULL' : `"${String(v).replace(/[\\"]/g, (c) => `\\${c}`)}"`)).join(',')}}`;
 }
 
-// the array types the relay's statements take as parameters, by their built-in OIDs (element types int8, text, uuid,
-// int4, tid, oid)
+// built in, with fixed OIDs, so their serializers can be given without fetching the server's types
 const ARRAY_OIDS = { int8: 1016, text: 1009, uuid: 2951, int4: 1007, tid: 1010, oid: 1028 } as const;
 
 /**
- * The options every relay client shares. fetch_types off: by default postgres.js asks each new
- * connection for the server's array types before its first statement (~10 KB, a round trip), and
- * 3.4.9 leaves that query's failure unhandled (connection.js: ReadyForQuery returns
- * fetchArrayTypes() to nobody), so a connection closed during it crashed the process with an
- * unhandled rejection. The array types the relay sends are built in, with fixed OIDs: their
- * serializers are given here instead. No statement of the relay reads an array column back (one
- * would arrive as text): they return json. The price: postgres.js then never answers a reserve()
- * that opens a connection (porsager/postgres#751), so every reserve follows openConnections().
+ * fetch_types off: postgres.js 3.4.9 leaves the failure of its array-types query unhandled
+ * (connection.js: ReadyForQuery returns fetchArrayTypes() to nobody), so a connection closed during
+ * it crashed the process. No statement of the relay reads an array column back: they return json.
  */
 export const CLIENT_OPTIONS: Pick<Options<Record<string, never>>, 'fetch_types' | 'types'> = {
   fetch_types: false,
-  // typed as no custom types: they only serialize parameters, and a client typed with them would
-  // be another Sql type everywhere, for helpers (sql.typed.*) the relay does not use
+  // typed as no custom types: else the client would be another Sql type everywhere
   types: Object.fromEntries(Object.entries(ARRAY_OIDS).map(([name, oid]) => [`${name}_array`, { to: oid, serialize: arrayLiteral }])) as unknown as Record<string, never>,
 };
 
-/**
- * Where the database is: a postgres:// URL as given (DATABASE_URL, or a secret holding one), which
- * postgres.js parses; or the fields of an RDS-style JSON secret, which are never pasted into a URL
- * (a host holding `/`, `?`, `#` or `@` would add connection parameters of its own).
- */
+/** An RDS-style secret's fields are never pasted into a URL: a host holding `/`, `?`, `#` or `@` would add parameters of its own. */
 export type DatabaseTarget = { url: string } | { host: string; port: number; user: string; password: string | undefined; database: string };
 
-/**
- * A client of the target with these options. The fields go in as options, host and port as
- * one-element lists: postgres.js splits a host string at `,` (more hosts) and `:` (a port), and
- * takes one holding `/` for a Unix socket's directory; a list is used as it is.
- */
+/** Host and port as one-element lists: postgres.js splits a host string at `,` and `:`, and takes one holding `/` for a socket directory. */
 export function clientFor(target: DatabaseTarget, options: Options<Record<string, never>>): Sql {
   if ('url' in target) return postgres(target.url, options);
   // typed as one host and port, accepted as lists (postgres.js 3.4.9: parseOptions, Array.isArray)
@@ -56,11 +35,9 @@ export function clientFor(target: DatabaseTarget, options: Options<Record<string
 const opened = new WeakMap<Sql, Promise<unknown>>();
 
 /**
- * Every connection of the client opened with a statement, once per client: call before
- * reserve(). postgres.js 3.4.9 never answers a reserve() that opens a new connection of a client
- * that does not fetch array types (CLIENT_OPTIONS; porsager/postgres#751). The relay replaces a
- * client once one of its connections closes, so no reserve meets a connection opened later. A
- * failure is tried again by the next call (a full server, say, may have room later).
+ * Call before reserve(): postgres.js 3.4.9 never answers a reserve() that opens a new connection
+ * of a client that does not fetch array types (porsager/postgres#751). The relay replaces a client
+ * once one of its connections closes, so no reserve meets a connection opened later.
  */
 export function openConnections(sql: Sql): Promise<unknown> {
   const known = opened.get(sql);
@@ -74,12 +51,9 @@ export function openConnections(sql: Sql): Promise<unknown> {
 }
 
 /**
- * End a client for good: end() (a second for the connections to finish, then closed), and then,
- * for 25 s, its idle connections closed every 250 ms. postgres.js 3.4.9 reconnects a closed
- * connection that had a wait queued (porsager/postgres#1195) even after end(): its reconnect timer
- * outlives terminate(), and end() does not see the connection that comes back, which would stay
- * open for good (and keep a CLI or test process alive). Its backoff stays under 20 s. The sweep's
- * timers do not keep the process alive themselves.
+ * The sweep: postgres.js 3.4.9 reconnects a closed connection that had a wait queued
+ * (porsager/postgres#1195) even after end(), and end() does not see it come back, so it would keep
+ * a CLI or test process alive. Its backoff stays under 20 s, the sweep lasts 25.
  */
 export async function endClient(sql: Sql): Promise<void> {
   await sql.end({ timeout: 1 }).catch(() => undefined);

@@ -1,12 +1,9 @@
-// How the database's errors are classified and worded for the operator: refused credentials, a
-// lost connection, a pooler that loses named prepared statements, a missing migration.
 import { DatabaseError, DeadlineExceededError } from '../errors.ts';
 import { tlsRefusal } from '../transport.ts';
 import { ROW_CHECK_FAILED } from './sql.ts';
 
 const AUTH_CODES = new Set(['28P01', '28000']);
 
-/** The SQLSTATE of refused credentials, on the error or on its cause; undefined for any other error. */
 function authCode(err: unknown): string | undefined {
   const e = err as { code?: unknown; cause?: { code?: unknown } } | undefined;
   const code = e?.code ?? e?.cause?.code;
@@ -29,7 +26,7 @@ const CONNECTION_LOST_CODES = new Set([
   '57P03',
 ]);
 
-/** the error postgres.js gives a statement whose connection closed, for the waits it does not end itself */
+/** for the waits postgres.js does not end itself */
 export function connectionClosed(message: string): Error {
   return Object.assign(new Error(message), { code: 'CONNECTION_CLOSED' });
 }
@@ -105,7 +102,6 @@ export function wrapDbError(err: unknown, what: string): Error {
   );
 }
 
-/** A row check's failure (sql.ts, exactly: a failed cast of its message, 22P02): what it says, else undefined. */
 function rowCheckFailure(e: { code?: string; message?: string } | undefined): string | undefined {
   if (e?.code !== '22P02' || !e.message) return undefined;
   const at = e.message.indexOf(`${ROW_CHECK_FAILED}: `);

@@ -13,11 +13,7 @@ export interface OutboxEvent<P = unknown> {
   topic?: string;
   /** extra Kafka headers (string values; `id` and `type` are set by the relay) */
   headers?: Record<string, string>;
-  /**
-   * the writer's W3C trace context, e.g. the carrier OpenTelemetry's `propagation.inject` fills:
-   * stored in the tracingspancontext column as Debezium writes it, sent as the `traceparent` and
-   * `tracestate` headers when the relay runs with OUTBOX_METADATA=trace
-   */
+  /** sent as the `traceparent` and `tracestate` headers with OUTBOX_METADATA=trace; stored as Debezium writes it */
   traceContext?: { traceparent: string; tracestate?: string };
 }
 
@@ -45,7 +41,7 @@ export async function enqueue<P>(sql: TransactionSql | Sql, event: OutboxEvent<P
   return rows[0]!.id;
 }
 
-/** A trace context as Debezium's outbox extension stores it: java.util.Properties text, one `key=value` line each. */
+/** As Debezium's outbox extension stores it: java.util.Properties text. */
 export function tracingSpanContext(context: { traceparent: string; tracestate?: string }): string {
   // Properties.store's escapes: a backslash, the separators and comment marks, line breaks
   const controls: Record<string, string> = { '\t': '\\t', '\n': '\\n', '\r': '\\r', '\f': '\\f' };

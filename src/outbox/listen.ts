@@ -1,14 +1,10 @@
-// LISTEN for the outbox's inserts (the insert trigger's NOTIFY) while an invocation lingers.
 import { BUDGET, type Deadline } from '../budget.ts';
 import type { InsertWatch } from '../loop/ports.ts';
 import { wrapDbError } from './db-errors.ts';
 import { quoteIdent } from './identifier.ts';
 import postgres, { type Sql } from 'postgres';
 
-/**
- * A client of its own, one connection, for one linger: LISTEN there, UNLISTEN by closing it. Never
- * kept across invocations (a frozen listener fills the server's notification queue): docs/DESIGN.md, "Linger mode".
- */
+/** Never kept across invocations: a frozen listener fills the server's notification queue (docs/DESIGN.md, "Linger mode: waiting for rows instead of exiting"). */
 export async function watchInserts(
   sql: Sql,
   channel: string,

@@ -1,8 +1,5 @@
-// Numbered .sql migrations, applied once per target table and recorded. Safe when several run
-// at once: the whole run holds a transaction-scoped advisory lock. With a partition width
-// (OUTBOX_PARTITION_WIDTH), partitioned.sql first makes the tables partitioned, and the migrations
-// are rendered for that kind of table (render(): one statement differs); docs/schema.md,
-// "Partitioned outboxes".
+// Safe when several run at once: the whole run holds a transaction-scoped advisory lock.
+// Partitioned outboxes: docs/schema.md, "Partitioned outboxes".
 import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -18,7 +15,6 @@ export interface Migration {
 
 const here = dirname(fileURLToPath(import.meta.url));
 
-/** Migrations are read from src/outbox/migrations, or embedded by the bundler (see scripts/build.mjs). */
 export function loadMigrations(dir = join(here, 'migrations')): Migration[] {
   const embedded = (globalThis as { __OUTBOX_MIGRATIONS__?: Migration[] }).__OUTBOX_MIGRATIONS__;
   if (embedded) return embedded;
@@ -28,24 +24,16 @@ export function loadMigrations(dir = join(here, 'migrations')): Migration[] {
     .map((f) => ({ version: Number(f.split('_')[0]), name: f, sql: readFileSync(join(dir, f), 'utf8') }));
 }
 
-/**
- * What render() needs to know of the tables beyond their names: which of them are partitioned
- * (pg_class.relkind 'p'), and the partition width (partitioned.sql). Left out: plain tables, the
- * migrations exactly as written.
- */
 export interface RenderShape {
   outboxPartitioned?: boolean;
   sentPartitioned?: boolean;
-  /** OUTBOX_PARTITION_WIDTH in seconds, for partitioned.sql's {{partition_width_s}} */
   partitionWidthS?: number;
 }
 
 /**
- * The one statement of the migrations a partitioned table refuses: `ALTER TABLE {{table}} SET (...)`
- * (storage options are a partition's, not its parent's: "unrecognized parameter"). For a
- * partitioned table it is rewritten to set the same options on each of its partitions (the leaves
- * of pg_partition_tree, the DEFAULT one among them, whose options the maintenance function gives
- * every partition it makes later). Nothing else of the text changes (test/unit/migrate.test.ts).
+ * Storage options are a partition's, not its parent's ("unrecognized parameter"): for a partitioned
+ * table they are set on each leaf of pg_partition_tree, the DEFAULT one among them, whose options
+ * the maintenance function gives every partition it makes later.
  */
 const STORAGE_STATEMENT = /^ALTER TABLE \{\{(table|sent_table)\}\} SET \(([^;]*)\);$/gm;
 
@@ -110,18 +98,15 @@ export function render(sqlText: string, table: TableName, shape: RenderShape = {
   });
 }
 
-/** an object that lives in the table's schema (an index, a function), named so a statement finds it there */
 function inSchema(table: TableName, name: string): string {
   return table.schema ? `${quoteIdent(table.schema)}.${name}` : name;
 }
 
-/** partitioned.sql (docs/schema.md, "Partitioned outboxes"), or embedded by the bundler as the migrations are. */
 export function loadPartitionedSql(file = join(here, 'partitioned.sql')): string {
   return (globalThis as { __OUTBOX_PARTITIONED_SQL__?: string }).__OUTBOX_PARTITIONED_SQL__ ?? readFileSync(file, 'utf8');
 }
 
 export interface MigrateOptions {
-  /** OUTBOX_PARTITION_WIDTH in seconds: create the outbox and its sent table partitioned by time */
   partitionWidthS?: number;
 }
 
@@ -131,7 +116,6 @@ export interface MigrateResult {
   table: string;
   applied: number[];
   alreadyApplied: number[];
-  /** the outbox is partitioned by time, with migrate's maintenance function: what its call here did */
   partitions?: PartitionMaintenance;
 }
 
@@ -182,7 +166,6 @@ export async function migrate(sql: Sql, table: TableName, migrations = loadMigra
   });
 }
 
-/** The outbox's and the sent table's relkind (undefined: missing), and whether migrate's maintenance function exists. */
 async function tableShape(tx: TransactionSql, table: TableName): Promise<{ outbox?: string; sent?: string; maintained: boolean }> {
   const [row] = await tx.unsafe<{ outbox: string | null; sent: string | null; maintained: boolean }[]>(
     `SELECT (SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)) AS outbox,
@@ -193,11 +176,7 @@ async function tableShape(tx: TransactionSql, table: TableName): Promise<{ outbo
   return { outbox: row?.outbox ?? undefined, sent: row?.sent ?? undefined, maintained: row?.maintained ?? false };
 }
 
-/**
- * The inverse of migrate(): drops the outbox table, its sent table and its trigger functions, and
- * forgets the table's migrations. For the benchmark's and tests' throwaway tables; the relay never
- * calls it.
- */
+/** For the benchmark's and tests' throwaway tables; the relay never calls it. */
 export async function dropOutbox(sql: Sql, table: TableName): Promise<void> {
   await sql.begin(async (tx) => {
     await tx.unsafe(`DROP TABLE IF EXISTS ${qualified(table)}, ${qualified(sentTable(table))}`);

@@ -1,20 +1,11 @@
-// What the relay needs of the database before it claims anything (OutboxStore.checkTables, once
-// per client, one statement: schemaCheckSql here): the migrations this version was built for,
-// the privileges its statements need in the OUTBOX_SENT_ROWS mode chosen, and that the tables are
-// plain tables whose every row its statements reach (kind, inheritance, row-level security,
-// triggers that can skip a row). Whatever is missing would otherwise show only after a batch was
-// published, when its marks fail or reach no row: the same batch published again every invocation
-// (G1/G2 hold, but nothing moves on). So every missing piece is named at once, with the command or
-// the GRANT that fixes it, in one DatabaseError that no retry fixes (retriable: false).
+// Whatever the relay lacks would otherwise show only after a batch was published, when its marks
+// fail or reach no row: the same batch published again every invocation (G1/G2 hold, but nothing
+// moves on). So before the first claim every missing piece is named at once, with the command or
+// the GRANT that fixes it, in one DatabaseError that no retry fixes.
 import { DatabaseError } from '../errors.ts';
 import { loadMigrations, type Migration } from './migrate.ts';
 
-/**
- * The columns the relay's own statements use, by privilege: a role granted columns rather than
- * tables needs exactly these (schemaCheckSql). SELECT: what claims, marks, the order guard and the
- * move read; UPDATE: what recordFailuresSql and the waiting marks write; INSERT: what moveSentSql
- * writes into the sent table.
- */
+/** A role granted columns rather than tables needs exactly these. */
 export const RELAY_COLUMNS = {
   outboxSelect: [
     'id', 'aggregatetype', 'aggregateid', 'type', 'payload', 'topic', 'headers', 'seq', 'created_at', 'sent_at',
@@ -29,23 +20,11 @@ export const RELAY_COLUMNS = {
 } as const;
 
 /**
- * What the relay needs of the database, in one round trip (OutboxStore.checkTables; its row is
- * SchemaFacts, which assertSchema reads): the outbox $1 and its sent table $2 (quoted names), whether they
- * exist and what this role may do with them, and the migrations `migrate` recorded for the outbox.
  * Nothing in it fails for a missing or forbidden object, it answers NULL instead:
- * - to_regclass answers NULL for a missing table, but fails for a schema the role may not use:
- *   asked only once USAGE on the outbox's schema is known (an unqualified name goes through the
- *   search_path, which skips such schemas by itself);
- * - privileges: has_any_column_privilege (a grant on the table, or on some of its columns), and
- *   then, for a role granted columns, the columns the relay uses that it lacks (RELAY_COLUMNS;
- *   columns a missing migration would add are the migration's problem); NULL for a missing table;
- * - the migrations table can only be named in the statement if it exists and may be read, which
- *   is known only as this statement runs: query_to_xml runs its SELECT, only in that case (CASE),
- *   and its XML is read with a regular expression (xpath needs a server built with libxml).
- * `target` is the outbox's name as migrate() records it (displayName: the identifiers, unquoted).
- * $4 is the signature of a partitioned outbox's maintenance function (partitioned.sql), looked up
- * like the tables (to_regprocedure: NULL when missing) with whether this role may EXECUTE it.
- * What each table is comes from the catalogs (shape()), readable whatever the role's privileges.
+ * - to_regclass fails for a schema the role may not use: asked only once USAGE on it is known;
+ * - the migrations table can only be named in the statement if it exists and may be read, which is
+ *   known only as it runs: query_to_xml runs its SELECT only then, and its XML is read with a
+ *   regular expression (xpath needs a server built with libxml).
  */
 export function schemaCheckSql(): string {
   const lacking = (rel: string, columns: readonly string[], privilege: string) => `
@@ -113,12 +92,8 @@ LEFT JOIN pg_class oc ON oc.oid = r.outbox
 LEFT JOIN pg_class sc ON sc.oid = r.sent`;
 }
 
-/**
- * What a table is beyond its columns (TableShape, prefixed outbox_ or sent_): its kind, inheritance,
- * the commands row-level security hides from this role, and the BEFORE ROW triggers on `events`
- * (tgtype bits: 4 INSERT, 8 DELETE, 16 UPDATE), which can skip the relay's row by returning NULL.
- * migrate's own triggers are all AFTER (001_baseline.sql), so none of them is listed.
- */
+// BEFORE ROW triggers can skip the relay's row by returning NULL (tgtype bits: 4 INSERT, 8 DELETE,
+// 16 UPDATE); migrate's own triggers are all AFTER (001_baseline.sql).
 function shape(rel: string, c: string, prefix: string, commands: Array<[command: string, polcmd: string]>, events: number): string {
   // a policy applies to PUBLIC (0) or a role whose privileges this one has, as Postgres decides it
   const applies = `(p.polroles && ARRAY[0]::oid[] OR EXISTS (SELECT FROM unnest(p.polroles) pr WHERE pg_has_role(pr, 'USAGE')))`;
@@ -157,17 +132,15 @@ function shape(rel: string, c: string, prefix: string, commands: Array<[command:
          ORDER BY 1)) END AS ${prefix}_rules`;
 }
 
-/** OutboxStore's SentRowsMode (store.ts), restated: store.ts imports this module. */
+/** Restated from store.ts, which imports this module. */
 export type CheckedMode = 'keep' | 'delete';
 
-/** The row of schemaCheckSql. NULL privileges: that table is missing (or its schema may not be used). */
+/** NULL privileges: that table is missing (or its schema may not be used). */
 interface SchemaFactsBase {
   role: string;
-  /** the role, quoted as a GRANT names it */
   role_ident: string;
-  /** the outbox's schema when OUTBOX_TABLE names one, quoted; null otherwise */
   schema_ident: string | null;
-  /** USAGE on that schema: true (or no schema named), false, null when the schema does not exist */
+  /** true also when no schema is named; null when the schema does not exist */
   schema_usage: boolean | null;
   outbox_present: boolean;
   outbox_select: boolean | null;
@@ -177,70 +150,50 @@ interface SchemaFactsBase {
   sent_insert: boolean | null;
   sent_select: boolean | null;
   sent_delete: boolean | null;
-  /** the columns the relay uses (RELAY_COLUMNS) on which the role lacks the privilege; null for a missing table */
   outbox_select_lacking: string[] | null;
   outbox_update_lacking: string[] | null;
   sent_insert_lacking: string[] | null;
-  /** the outbox's columns that a CHECK constraint names; null when the outbox is missing */
   checked_columns: string[] | null;
-  /** of the columns the settings read (schemaCheckSql's $3: settingColumns in src/domain.ts), those the outbox lacks or the role may not read; null when the outbox is missing */
   unreadable_columns: string[] | null;
-  /** the partition maintenance function ($4, partitioned.sql) exists: the outbox was made partitioned by `migrate` (absent in rows built by hand) */
+  /** absent in rows built by hand */
   partitions_fn?: boolean;
-  /** this role may EXECUTE it (null when it does not exist) */
   partitions_fn_execute?: boolean | null;
-  /** outbox_relay_migrations as the role's search_path finds it, or null */
   migrations_table: string | null;
   migrations_readable: boolean | null;
-  /** the versions recorded for this outbox; null when the migrations table could not be read */
+  /** null when the migrations table could not be read */
   versions: number[] | null;
 }
 
-/** schemaCheckSql's shape() of one table, null when it is missing: see TableShape. */
 export type SchemaFacts = SchemaFactsBase & Prefixed<'outbox'> & Prefixed<'sent'>;
 type Prefixed<P extends string> = { [K in keyof TableShape as `${P}_${K}`]: TableShape[K] | null };
 
-/** What a table is beyond its columns and grants (schemaCheckSql's shape()). */
 export interface TableShape {
-  /** pg_class.relkind: 'r' a table, 'p' partitioned (accepted, not refused here: its marks by ctid are another matter), 'v' a view, … */
+  /** 'p' partitioned is accepted here: its marks by ctid are another matter */
   kind: string;
-  /** pg_class.relpersistence: 'p' permanent, 'u' UNLOGGED, 't' temporary */
   persistence: string;
-  /** a partition of a partitioned table (its parents then hold the partitioned table) */
   is_partition: boolean;
-  /** the tables that inherit from it (a partitioned table's partitions too), as regclass prints them */
+  /** a partitioned table's partitions too */
   children: string[];
-  /** the tables it inherits from */
   parents: string[];
-  /** the commands the relay needs that row-level security hides or blocks for this role; null when RLS does not apply to it */
   rls_blocked: string[];
-  /** the RESTRICTIVE policies that apply to this role for those commands, quoted */
   rls_restrictive: string[];
-  /** enabled BEFORE ROW triggers on the events that can skip the relay's row (returning NULL): UPDATE/DELETE on the outbox, INSERT/DELETE on the sent table */
   triggers: Array<{ name: string; events: string }>;
-  /** enabled rules on those events, quoted: a DO INSTEAD rule skips or redirects the relay's statement */
+  /** a DO INSTEAD rule skips or redirects the relay's statement */
   rules: string[];
 }
 
 export interface SchemaNeeds {
-  /** the outbox and its sent table, quoted as in the relay's statements */
   table: string;
   sentTable: string;
   sentRows: CheckedMode;
-  /** the migrations this version of the relay ships (loadMigrations()) */
   migrations: ReadonlyArray<Pick<Migration, 'version' | 'name'>>;
 }
 
 const MIGRATE = '`outbox-relay migrate`';
 
-/**
- * The columns whose size the schema bounds at INSERT (001_baseline.sql, the size check): every
- * variable column but the payload, which the claim's byte cut bounds. Without the check, one row
- * could take the relay past its memory (docs/schema.md, "Every column bounded").
- */
+/** The payload is bounded by the claim's byte cut instead (docs/schema.md, "Every column bounded"). */
 export const SIZE_CHECKED_COLUMNS = ['aggregatetype', 'aggregateid', 'type', 'topic', 'headers_bytes', 'tracingspancontext'] as const;
 
-/** Why the relay needs each privilege on the outbox, by mode (what its statements in sql.ts do). */
 function outboxNeeds(mode: CheckedMode): Array<[privilege: string, why: string]> {
   const needs: Array<[string, string]> = [
     ['SELECT', 'claims read the pending rows'],
@@ -251,10 +204,7 @@ function outboxNeeds(mode: CheckedMode): Array<[privilege: string, why: string]>
   return needs;
 }
 
-/**
- * Everything the relay lacks to run against this outbox, each with what to do; empty when
- * nothing. Pure: the unit tests feed it rows.
- */
+/** Pure: the unit tests feed it rows. */
 export function schemaProblems(f: SchemaFacts, needs: SchemaNeeds): string[] {
   const { table, sentTable } = needs;
   const problems: string[] = [];
@@ -317,11 +267,9 @@ export function schemaProblems(f: SchemaFacts, needs: SchemaNeeds): string[] {
     } else if (f.sent_insert && f.sent_insert_lacking?.length) {
       problems.push(columnProblem(f, 'INSERT', f.sent_insert_lacking, `the sent table ${sentTable}`, 'acked rows are moved there, every column', sentTable));
     } else if (!f.sent_insert) {
-      // Retention's SELECT and DELETE there are not refused when they alone are missing: the relay
-      // then relays and only the sent table grows, which retention's warning says every invocation
-      // (src/loop/retention.ts). Stopping the relay for that would trade a table that grows for an
-      // outage now, and whether retention is on (OUTBOX_RETAIN_SENT_MS) is the invocation's to
-      // know, not the store's. Named here with INSERT, since a GRANT is being run anyway.
+      // Retention's SELECT and DELETE alone missing are not refused: only the sent table grows, which
+      // retention's warning says every invocation; stopping the relay would trade that for an outage.
+      // Named here with INSERT, since a GRANT is being run anyway.
       const retention = [f.sent_select ? undefined : 'SELECT', f.sent_delete ? undefined : 'DELETE'].filter((p): p is string => p !== undefined);
       const privileges = ['SELECT', 'INSERT', 'DELETE'].filter((p) => p === 'INSERT' || retention.includes(p));
       problems.push(
@@ -334,7 +282,6 @@ export function schemaProblems(f: SchemaFacts, needs: SchemaNeeds): string[] {
   return problems;
 }
 
-/** What no refusal needs to stop, said by the invocation (OutboxStore.checkTables returns it to log). Pure. */
 export function schemaWarnings(f: SchemaFacts, needs: Pick<SchemaNeeds, 'table'> & { partitionsFn?: string }): string[] {
   const warnings: string[] = [];
   if (f.outbox_persistence === 'u') {
@@ -357,12 +304,10 @@ const KINDS: Record<string, string> = {
   v: 'a view', m: 'a materialized view', f: 'a foreign table', S: 'a sequence', c: 'a composite type', i: 'an index', I: 'a partitioned index', t: 'a TOAST table',
 };
 
-/** 'r' a table, 'p' a partitioned table: the partitioned case is not refused here (outbox_kind says which). */
 function isTable(kind: string | null): boolean {
   return kind === null || kind === 'r' || kind === 'p';
 }
 
-/** Why each command row-level security hides or blocks matters, by table. */
 const RLS_WHY: Record<'outbox' | 'sent', Record<string, string>> = {
   outbox: {
     SELECT: 'claims see only the rows it lets through: the others stay pending forever',
@@ -376,7 +321,6 @@ const RLS_WHY: Record<'outbox' | 'sent', Record<string, string>> = {
   },
 };
 
-/** The outbox's kind, inheritance, row-level security and triggers: pushes what stops the relay. */
 function outboxShapeProblems(f: SchemaFacts, needs: SchemaNeeds, problems: string[]): void {
   const { table } = needs;
   if (!isTable(f.outbox_kind)) {
@@ -411,7 +355,6 @@ function outboxShapeProblems(f: SchemaFacts, needs: SchemaNeeds, problems: strin
   }
 }
 
-/** The sent table's inheritance, row-level security and triggers (keep mode, the table present). */
 function sentShapeProblems(f: SchemaFacts, needs: SchemaNeeds, problems: string[]): void {
   const { sentTable } = needs;
   if (f.sent_kind !== 'p' && f.sent_children?.length) {
@@ -458,10 +401,7 @@ function triggerProblem(triggers: Array<{ name: string; events: string }>, where
   );
 }
 
-/**
- * The migration part of schemaProblems: pushes its problems; true when versions this relay needs
- * are missing (so the objects they create may be missing too, and that need not be said twice).
- */
+/** True when versions this relay needs are missing: the objects they create need not be said missing too. */
 function migrationProblems(f: SchemaFacts, needs: SchemaNeeds, problems: string[]): boolean {
   const { table } = needs;
   if (!f.migrations_table) {
@@ -484,15 +424,10 @@ function migrationProblems(f: SchemaFacts, needs: SchemaNeeds, problems: string[
   }
   const applied = new Set(f.versions);
   const missing = needs.migrations.filter((m) => !applied.has(m.version));
-  // A schema NEWER than this relay (versions it does not know) is accepted. In a rolling deploy
-  // the new version's `migrate` runs first (docs/schema.md says so) while the old relays still run
-  // until they are replaced; refusing would stop every one of them at each upgrade, an outage per
-  // deploy. That is safe because a migration keeps the version before it working: each adds (a
-  // column with a default, a table, an index, a trigger that clears only what the relay's own
-  // statements would) and none renames or drops what an older relay reads. (A migration that ever
-  // has to break that needs a way to tell the older relays, such as a minimum relay version
-  // recorded beside it: this check has none.) Not logged: the store has no logger, and in a
-  // rolling deploy it is expected.
+  // A schema NEWER than this relay is accepted: in a rolling deploy the new version's `migrate` runs
+  // first while the old relays still run, and refusing would be an outage per deploy. Safe because
+  // every migration keeps the version before it working (it adds; none renames or drops what an
+  // older relay reads); one that has to break that needs a minimum relay version, which this lacks.
   if (missing.length === 0) return false;
   const names = missing.map((m) => `${m.version} (${m.name})`);
   problems.push(
@@ -502,7 +437,6 @@ function migrationProblems(f: SchemaFacts, needs: SchemaNeeds, problems: string[
   return true;
 }
 
-/** A privilege granted on some columns only: the ones the relay also uses, and the GRANT of exactly those. */
 function columnProblem(f: SchemaFacts, p: string, columns: string[], where: string, why: string, table: string): string {
   return (
     `the database role ${f.role} has ${p} on some columns of ${where} only, and lacks it on ${list(columns, 'and')} (${p}: ${why}): ` +
@@ -516,17 +450,11 @@ function privilege(f: SchemaFacts, p: string): boolean {
   return f.outbox_delete === true;
 }
 
-/** "a", "a or b", "a, b or c" */
 function list(items: string[], conjunction: string): string {
   return items.length <= 1 ? (items[0] ?? '') : `${items.slice(0, -1).join(', ')} ${conjunction} ${items.at(-1)}`;
 }
 
-/**
- * Throws the invocation's failure when the relay lacks anything (schemaProblems), against the
- * migrations this version ships unless told others; else returns the warnings (schemaWarnings).
- * `facts` undefined: the statement returned no row, which it always does; treated as a failure to
- * check, retriable.
- */
+/** `facts` undefined: the statement returned no row, which it always does; a failure to check, retriable. */
 export function assertSchema(facts: SchemaFacts | undefined, needs: Omit<SchemaNeeds, 'migrations'> & { migrations?: SchemaNeeds['migrations']; partitionsFn?: string }): string[] {
   if (!facts) throw new DatabaseError(`checking the outbox table ${needs.table} returned nothing`);
   const err = schemaError(schemaProblems(facts, { ...needs, migrations: needs.migrations ?? loadMigrations() }), needs.table);
@@ -534,7 +462,6 @@ export function assertSchema(facts: SchemaFacts | undefined, needs: Omit<SchemaN
   return schemaWarnings(facts, needs);
 }
 
-/** The invocation's failure for these problems, or undefined when there are none. */
 export function schemaError(problems: string[], table: string): DatabaseError | undefined {
   if (problems.length === 0) return undefined;
   const message = problems.length === 1 ? problems[0]! : `the relay cannot run against the outbox table ${table} until these are fixed:\n  - ${problems.join('\n  - ')}`;

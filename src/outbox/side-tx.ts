@@ -1,6 +1,5 @@
-// The store's own short transactions beside the loop: a retention chunk, a pass of the waiting
-// marks. Each on a connection of its own, ended as a batch's is (BatchTx), never postgres.js'
-// sql.begin: docs/DESIGN.md, "The store and postgres.js".
+// Each on a connection of its own, ended as a batch's is (BatchTx), never postgres.js' sql.begin:
+// docs/DESIGN.md, "The store and postgres.js".
 import { BatchTimer, BUDGET, type Deadline } from '../budget.ts';
 import type { PruneTarget } from '../loop/ports.ts';
 import { BatchTx, MARK_WAITING_CHUNK, type BatchStatements } from './batch-tx.ts';
@@ -8,7 +7,6 @@ import type { Connections } from './connections.ts';
 import type { PartitionMaintenance } from './migrate.ts';
 import { txSettings } from './tx-settings.ts';
 
-/** The statements of the side transactions (OutboxStore's). */
 export interface SideStatements extends BatchStatements {
   readonly pruneText: Record<PruneTarget, string>;
   readonly waitingWorkText: string;
@@ -20,10 +18,6 @@ export class SideTransactions {
     private readonly statements: SideStatements,
   ) {}
 
-  /**
-   * One retention chunk: deletes up to `limit` rows sent (or skipped) more than `retainMs` ago,
-   * oldest first, from one place that holds them. Returns how many; fewer than `limit`: none older left.
-   */
   pruneChunk(what: PruneTarget, retainMs: number, limit: number, deadline: Deadline): Promise<number> {
     const doing = `pruning ${what === 'skipped' ? 'skipped' : 'sent'} rows`;
     const text = this.statements.pruneText[what];
@@ -32,20 +26,14 @@ export class SideTransactions {
     return this.run(deadline, doing, undefined, async (tx) => Number((await tx.query<Pruned[]>(doing, text, [retainMs, limit]))[0]?.affected ?? 0));
   }
 
-  /**
-   * The partition maintenance function (partitioned.sql), one call in a transaction of its own:
-   * what it made, dropped and left for the next call. Its locks wait at most its own lock_timeout.
-   */
+  /** Its locks wait at most its own lock_timeout. */
   maintainPartitions(text: string, retainSentMs: number | null, deadline: Deadline): Promise<PartitionMaintenance> {
     const doing = 'maintaining the partitions';
     type Done = { done: string };
     return this.run(deadline, doing, undefined, async (tx) => JSON.parse((await tx.query<Done[]>(doing, text, [retainSentMs]))[0]!.done) as PartitionMaintenance);
   }
 
-  /**
-   * Before the first claim: clear the waiting marks nothing justifies any more (docs/order-guard.md);
-   * usually one probe and no transaction. `blocked`: markWaiting() has work.
-   */
+  /** Usually one probe and no transaction. */
   async clearStaleMarks(deadline: Deadline): Promise<{ cleared: number; blocked: boolean }> {
     const { waitingWorkText, unwaitText, prepared } = this.statements;
     type Work = { waiting: boolean; blocked: boolean };
@@ -62,10 +50,7 @@ export class SideTransactions {
     return { cleared, blocked: work.blocked };
   }
 
-  /**
-   * Alongside the loop: mark the rows written behind blocking rows since the last pass, in chunks,
-   * while another fits the budget (the next invocation marks the rest).
-   */
+  /** While another chunk fits the budget: the next invocation marks the rest. */
   async markWaiting(deadline: Deadline): Promise<number> {
     const { markWaitingText } = this.statements;
     let marked = 0;
@@ -89,7 +74,7 @@ export class SideTransactions {
     return this.run(deadline, 'tidying the waiting marks', 1_000, work);
   }
 
-  /** `work` in a transaction of its own, committed, or rolled back if it fails; never on a client known bad. */
+  /** Never on a client known bad. */
   private async run<T>(
     deadline: Deadline,
     what: string,

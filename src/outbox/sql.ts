@@ -1,6 +1,5 @@
 // Every statement the relay runs against the outbox table, kept whole so it can be read and
-// EXPLAINed. `{t}` is the validated, quoted table name (see identifier.ts); values are always
-// bound parameters.
+// EXPLAINed. `{t}` is the validated, quoted table name (identifier.ts).
 import type { ParkedPolicy } from '../domain.ts';
 import type { PruneTarget } from '../loop/ports.ts';
 import { blockedAggregates, blockingRows } from './claim.ts';
@@ -9,12 +8,7 @@ import { blockedAggregates, blockingRows } from './claim.ts';
 // the catalogs rather than the outbox, is beside the code that reads its row (schema-check.ts)
 export { claimStatement, heldGapsSql, payloadsSql, type ClaimBytes, type Statement } from './claim.ts';
 
-/**
- * After a claim came back empty, why? `claimable`: some pending row is due and not behind a
- * failed row of its aggregate, so only locks kept us from it (other invocations hold it, or it was
- * committed just now). Else `pending`: unsent rows exist, all backing off or waiting behind a
- * backing-off (or, under the hold policy, parked) row. Neither: nothing is left to send.
- */
+/** `claimable`: only locks kept the empty claim from a due row (other invocations, or a row committed just now). */
 export function whyEmptySql(t: string, policy: ParkedPolicy): string {
   return `
 WITH blocked AS MATERIALIZED (${blockedAggregates(t, policy)})
@@ -35,10 +29,7 @@ SELECT
   ) IS NOT NULL AS pending`;
 }
 
-/**
- * Linger mode's probe (behind a pooler): the newest pending row. A backward scan of the claim's
- * partial index that stops at its first entry: one index page, however long the backlog.
- */
+/** A backward scan of the claim's partial index that stops at its first entry: one index page, however long the backlog. */
 export function newestPendingSql(t: string): string {
   return `
 SELECT max(seq)::text AS newest FROM ${t}
@@ -80,15 +71,12 @@ ${exactly(rows.count, ['the mark deleted', 'gone', 'rows of the outbox'])}`;
 }
 
 /**
- * How a mark names its rows: by `address` in the batch transaction, $2 each row's ctid and $1 its
- * tableoid, as the claim read them: the rows are locked from the claim on, so neither can change, and
- * the pair names one row version in a table, its partitions and its inheritance children alike
- * (a ctid alone repeats across partitions). One TID scan, no probe of the seq index
- * (docs/benchmarks/2026-12-03-database-cost.md). When every row is in one table, the usual case, $1
- * is that one tableoid, and the CASE, decided at planning (the batch plans every statement for its
- * values), leaves a filter on it. Measured (bench/db-cost.ts, delete mode, µs of Postgres CPU per
- * event): ctid alone, unchecked 1.06; this, checked 1.45; pairing every row by a join 1.93, by a
- * hashed lookup 2.31. By `seq` ($1) in the benches' comparisons.
+ * By tableoid and ctid, as the claim read them: the rows are locked from the claim on, and the pair
+ * names one row version across partitions and inheritance children (a ctid alone repeats). The
+ * CASE, decided at planning, leaves a filter on the one tableoid of the usual batch. Measured
+ * (bench/db-cost.ts, delete mode, µs of Postgres CPU per event): ctid alone, unchecked 1.06; this,
+ * checked 1.45; pairing every row by a join 1.93, by a hashed lookup 2.31
+ * (docs/benchmarks/2026-12-03-database-cost.md).
  */
 export type MarkKey = 'address' | 'seq';
 export function markedBy(key: MarkKey, alias: string): { using: string; where: string; count: string } {
@@ -107,12 +95,7 @@ export function markedBy(key: MarkKey, alias: string): { using: string; where: s
  */
 export const ROW_CHECK_FAILED = 'outbox-relay row check';
 
-/**
- * The closing SELECT of a statement whose data-modifying CTEs must each have affected exactly
- * `expected` rows: one row, `affected`, or the statement fails saying what each affected
- * (`parts`: the words before, the CTE, the words after). A CTE's rows are counted in full whether
- * or not the SELECT reads them (Postgres runs every data-modifying CTE to completion).
- */
+/** Postgres runs every data-modifying CTE to completion, so a CTE's rows are counted whether or not the SELECT reads them. */
 function exactly(expected: string, ...parts: Array<[before: string, cte: string, after: string]>): string {
   const counts = parts.map(([, cte]) => `(SELECT count(*) FROM ${cte})`);
   const said = parts.map(([before, , after], i) => `'${before} ' || ${counts[i]} || ' ${after}'`).join(` || ' ' || `);
@@ -121,10 +104,8 @@ function exactly(expected: string, ...parts: Array<[before: string, cte: string,
 }
 
 /**
- * One attempt failed for each listed row: record why, when to try again, or park it. The rows are
- * named by seq and checked by address ($5, $6: tableoid and ctid, as for the mark), and every one
- * must be charged (exactly): an UPDATE hidden by row-level security or a trigger would leave a
- * poison row uncharged, retried without backoff forever.
+ * Every listed row must be charged: an UPDATE hidden by row-level security or a trigger would
+ * leave a poison row uncharged, retried without backoff forever.
  */
 export function recordFailuresSql(t: string): string {
   return `
@@ -172,11 +153,7 @@ gone AS (DELETE FROM ${t} o USING due d WHERE o.tableoid = d.rel AND o.ctid = d.
 ${exactly('(SELECT count(*) FROM due)', ['retention deleted', 'gone', 'skipped rows'])}`;
 }
 
-/**
- * The partition maintenance function of a partitioned outbox made by migrate (partitioned.sql, `fn`
- * its quoted name): $1 the sent rows' retention in ms, NULL to drop no sent partition. Its JSON
- * answer as text (the relay's client parses no jsonb it does not need to).
- */
+/** Its JSON answer as text: the relay's client parses no jsonb it does not need to. */
 export function maintainPartitionsSql(fn: string): string {
   return `SELECT ${fn}($1::bigint)::text AS done`;
 }
@@ -195,19 +172,10 @@ ORDER BY 1, 2`;
 }
 
 /**
- * The backlog's three figures for the metrics and `status` (src/outbox/admin.ts `backlog`), cheap
- * however large the table: each reads one partial index, and at most $1 + 1 of its entries.
- * - oldest_pending_age_ms: the age of the pending row with the lowest seq, the first entry of the
- *   claim index (one index probe). This stands in for the oldest created_at among pending rows:
- *   seq follows insert order and created_at is the inserting transaction's start, so the two
- *   disagree only by how long writers' transactions overlapped (or when an application sets
- *   created_at itself). NULL when no row is pending.
- * - pending_rows: unsent, unskipped, unparked rows (backing-off ones included: the claim
- *   index's rows, and the waiting rows), counted up to $1 + 1.
- * The waiting rows are outside the claim index: the age also looks at the first
- * waiting row of each aggregate that has any (normally none), the count at the waiting index.
- * - parked_rows: parked rows, counted up to $1 + 1 through the retry index (a row is parked
- *   only by a failed attempt, so it has attempts > 0).
+ * Cheap however large the table: each figure reads one partial index, at most $1 + 1 entries. The
+ * lowest pending seq's age stands in for the oldest created_at: seq follows insert order, and
+ * created_at is the inserting transaction's start, so they disagree only by how long writers'
+ * transactions overlapped. Waiting rows are outside the claim index, so the waiting index is read too.
  */
 export function backlogSql(t: string): string {
   return `
@@ -255,7 +223,7 @@ WHERE ${rows === 'ids' ? 'id = ANY($1::uuid[])' : 'parked_at IS NOT NULL AND sen
 ORDER BY seq${lock ? '\nFOR UPDATE' : ''}`;
 }
 
-/** Who ran a command, and when (the time its transaction started, which the UPDATEs record). */
+/** The time its transaction started, which the UPDATEs record. */
 export const operatorSql = 'SELECT session_user::text AS by, now() AS at';
 
 /** The lookup's conditions restated, so the statement alone never puts back a row that is not parked. */
@@ -268,7 +236,7 @@ WHERE id = ANY($1::uuid[]) AND parked_at IS NOT NULL AND sent_at IS NULL AND ski
 RETURNING id, aggregateid`;
 }
 
-/** Never to be sent; kept for audit (OUTBOX_RETAIN_SKIPPED_MS) with who (role, operator $3), when and why ($2), and no longer holds its aggregate back. */
+/** Kept for audit (OUTBOX_RETAIN_SKIPPED_MS); no longer holds its aggregate back. */
 export function parkedSkipSql(t: string): string {
   return `
 UPDATE ${t}
@@ -277,10 +245,7 @@ WHERE id = ANY($1::uuid[]) AND parked_at IS NOT NULL AND sent_at IS NULL AND ski
 RETURNING id, aggregateid`;
 }
 
-/**
- * The aggregates that have waiting rows, with each one's lowest waiting seq: a loose index scan
- * of the waiting index (one probe per aggregate, however many rows wait). For a WITH RECURSIVE.
- */
+/** A loose index scan of the waiting index: one probe per aggregate, however many rows wait. */
 function waitingAggregates(t: string): string {
   return `waiting_aggs(aggregateid, first_seq) AS (
   (SELECT aggregateid, seq FROM ${t}
@@ -295,13 +260,10 @@ function waitingAggregates(t: string): string {
 }
 
 /**
- * Mark `waiting` the pending rows that wait behind a blocking row of their aggregate (backing off,
- * or parked under the hold policy), so that claims no longer read them. $1: the
- * aggregates to look at (those whose rows just failed), or NULL for every blocked aggregate (once
- * per invocation, for rows written behind a blocking row since). Only rows after the aggregate's
- * last waiting row are looked at, so a second pass costs nothing: a row committed late below it
- * stays unmarked and is skipped by the claim as before. Rows someone holds are left for later.
- * At most $2 rows per statement: a long backlog is marked in short transactions.
+ * So that claims no longer read the rows behind a blocking row. Only rows after the aggregate's last
+ * waiting row are looked at, so a second pass costs nothing (a row committed late below it stays
+ * unmarked, skipped by the claim as before); at most $2 rows per statement, so a long backlog is
+ * marked in short transactions.
  */
 export function markWaitingSql(t: string, policy: ParkedPolicy): string {
   return `
@@ -338,14 +300,9 @@ WHERE seq IN (
 }
 
 /**
- * Clear the marks of waiting rows that no longer wait: those below their aggregate's first
- * blocking row (all of them when it has none). $1: the aggregates to look at (those whose failed
- * rows were just sent, charged again, retried or skipped), or NULL for every aggregate with
- * waiting rows (once per invocation: marks behind a row that no longer blocks, such as one parked
- * under hold before a switch to skip; a failed row deleted or reset clears its marks itself,
- * the unwait trigger). Runs after the statements that changed the blocking rows, in the same
- * transaction. Rows locked by others are skipped: a mark is an optimisation, and one left stale is
- * cleared by the next pass (the claim treats it as a gap meanwhile, so order holds).
+ * Runs after the statements that changed the blocking rows, in the same transaction. Rows locked
+ * by others are skipped: a mark left stale is cleared by the next pass, and the claim treats it as
+ * a gap meanwhile, so order holds.
  */
 export function unwaitSql(t: string, policy: ParkedPolicy): string {
   return `
@@ -374,7 +331,7 @@ WHERE seq IN (
 )`;
 }
 
-/** Does a row wait, is an aggregate blocked? One probe each of the waiting and retry indexes (OutboxStore.clearStaleMarks). */
+/** One probe each of the waiting and retry indexes. */
 export function waitingWorkSql(t: string, policy: ParkedPolicy): string {
   return `
 SELECT (SELECT true FROM ${t}

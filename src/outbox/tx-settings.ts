@@ -1,11 +1,6 @@
-// The settings every transaction of the store opens with, local to it (set_config(..., true)): its
-// timeouts, bounded by the deadline (G5, G7), and for a batch the planner settings of its claim.
 import { BUDGET, type Deadline } from '../budget.ts';
 
-/**
- * The planner settings of every batch transaction (a test plans the claim under them). Why each,
- * with the measurements behind it: docs/benchmarks/planner-settings.md.
- */
+// Why each, with the measurements behind it: docs/benchmarks/planner-settings.md.
 export const BATCH_PLANNER_SETTINGS: ReadonlyArray<readonly [string, string]> = [
   ['plan_cache_mode', 'force_custom_plan'],
   ['enable_sort', 'off'],
@@ -18,9 +13,7 @@ const TIMEOUTS = ['statement_timeout', 'lock_timeout', 'idle_in_transaction_sess
 );
 const PLANNER = BATCH_PLANNER_SETTINGS.map((_, i) => `set_config($${4 + 2 * i}, $${5 + 2 * i}, true)`);
 
-/** the batch transaction's timeouts ($1-$3) and planner settings */
 const BATCH_SETTINGS_SQL = `SELECT ${[...TIMEOUTS, ...PLANNER].join(', ')}`;
-/** a side transaction's timeouts ($1-$3) */
 const SIDE_SETTINGS_SQL = `SELECT ${TIMEOUTS.join(', ')}`;
 
 export interface TxSettings {
@@ -28,11 +21,7 @@ export interface TxSettings {
   params: string[];
 }
 
-/**
- * The statement that sets a transaction's timeouts: statement_timeout the time left, lock_timeout
- * `lockTimeoutMs` (default: the statement's), idle_in_transaction_session_timeout the time left plus
- * BUDGET.idleInTransactionPastDeadlineMs (it may sit idle while its batch is on its way to Kafka).
- */
+// idle_in_transaction past the deadline: a batch transaction sits idle while its batch is on its way to Kafka.
 export function txSettings(
   deadline: Deadline,
   { batch, lockTimeoutMs }: { batch: boolean; lockTimeoutMs?: number },
