@@ -25,6 +25,10 @@ export const BUDGET = {
   rollbackGraceMs: { min: 250, max: 2_000 },
   // a transaction's statement_timeout is the time left, its idle_in_transaction_session_timeout this much more (outbox/tx-settings.ts)
   idleInTransactionPastDeadlineMs: 1_000,
+  // work that may stop early (the side transactions, the backlog read) has its statements timed out
+  // by the server this long before the client's race: an ordinary error, after which the
+  // connection still takes the ROLLBACK, where a lost race abandons the client
+  serverFirstMs: 100,
   // the LISTEN connection of a linger must be seen closed by the server before the container is frozen (outbox/store.ts)
   listenCloseMs: 1_000,
   // the function's edge after the loop (src/lambda/, afterInvocation): the backlog read, then the

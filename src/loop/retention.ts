@@ -48,7 +48,8 @@ export class Retention {
           this.logger.warn(`pruning ${PLACES[what]} failed; the other places are pruned, and the next invocation tries again`, { target: what, deleted, error: err, ...(what === 'sent' ? { hint: SENT_HINT } : {}) });
           continue;
         }
-        const level = err instanceof DeadlineExceededError ? 'info' : 'warn';
+        // the deadline, met by the client's race or by the server's statement_timeout set just before it (57014)
+        const level = err instanceof DeadlineExceededError || sqlState(err) === '57014' ? 'info' : 'warn';
         this.logger[level]('pruning old sent rows stopped; the next invocation goes on', { target: what, deleted, error: err });
         return deleted;
       }
@@ -73,11 +74,15 @@ const SENT_HINT =
 // SQLSTATE class 42 (a table missing, a privilege lacking) is about this place, not the connection
 // or the clock.
 function refusedPlace(err: unknown): boolean {
+  return sqlState(err)?.startsWith('42') ?? false;
+}
+
+function sqlState(err: unknown): string | undefined {
   let e: unknown = err;
   for (let depth = 0; e && depth < 3; depth++) {
     const code = (e as { code?: unknown }).code;
-    if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return code.startsWith('42');
+    if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return code;
     e = (e as { cause?: unknown }).cause;
   }
-  return false;
+  return undefined;
 }

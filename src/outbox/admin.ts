@@ -36,7 +36,7 @@ export const BACKLOG_COUNT_CAP = 10_000;
  */
 export async function backlog(sql: Sql, table: TableName, deadline: Deadline): Promise<Backlog> {
   // the server gives up first, with an ordinary error, so the client-side race is only a backstop
-  const serverMs = String(Math.max(1, deadline.remaining() - 100));
+  const serverMs = String(Math.max(1, deadline.remaining() - BUDGET.serverFirstMs));
   const read = (async () => {
     await openConnections(sql);
     const conn = await sql.reserve();
@@ -108,7 +108,7 @@ export async function status(sql: Sql, table: TableName, template: string, deadl
   const [, rows] = await deadline.race(
     'reading the status per topic',
     sql.begin((tx) => {
-      const serverMs = String(Math.max(1, deadline.remaining() - 100));
+      const serverMs = String(Math.max(1, deadline.remaining() - BUDGET.serverFirstMs));
       return [
         tx`SELECT set_config('statement_timeout', ${serverMs}, true)`,
         tx.unsafe<{ topic_override: string; aggregatetype: string; pending: string; retrying: string; parked: string; oldest_pending_ms: string | null }[]>(q.statusSql(qualified(table))),

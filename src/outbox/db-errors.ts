@@ -36,6 +36,16 @@ export function isConnectionLost(err: unknown): boolean {
   return typeof code === 'string' && CONNECTION_LOST_CODES.has(code);
 }
 
+/** The server's statement_timeout (57014), which the side transactions set to end before the client's race (BUDGET.serverFirstMs). */
+export function isStatementTimeout(err: unknown): boolean {
+  let e: unknown = err;
+  for (let depth = 0; e && depth < 3; depth++) {
+    if ((e as { code?: unknown }).code === '57014') return true;
+    e = (e as { cause?: unknown }).cause;
+  }
+  return false;
+}
+
 /** A transaction-mode pooler's lost named statements (docs/DESIGN.md, "Through a pooler"): 26000, 42P05. */
 const PREPARED_STATEMENT_LOST_CODES = new Set(['26000', '42P05']);
 

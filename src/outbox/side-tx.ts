@@ -5,6 +5,7 @@ import type { PruneTarget } from '../loop/ports.ts';
 import { BatchTx, MARK_WAITING_CHUNK, type BatchStatements } from './batch-tx.ts';
 import type { Connections } from './connections.ts';
 import type { PartitionMaintenance } from './migrate.ts';
+import { isStatementTimeout } from './db-errors.ts';
 import { txSettings } from './tx-settings.ts';
 
 export interface SideStatements extends BatchStatements {
@@ -54,14 +55,21 @@ export class SideTransactions {
   async markWaiting(deadline: Deadline): Promise<number> {
     const { markWaitingText } = this.statements;
     let marked = 0;
-    // retention's rule, with a batch's room to spare: a chunk cut at the deadline would abandon the client
+    // retention's rule, with a batch's room to spare, so that no chunk's work is thrown away; one
+    // slower than that is timed out by the server (run), rolled back, and ends the pass
     const timer = new BatchTimer();
     while (deadline.fits(timer.expected() * BUDGET.batchesReserved)) {
       const started = Date.now();
-      const n = await this.tidy(
-        deadline,
-        async (tx) => (await tx.query('marking waiting rows', markWaitingText, [null, MARK_WAITING_CHUNK])).count,
-      );
+      let n: number;
+      try {
+        n = await this.tidy(
+          deadline,
+          async (tx) => (await tx.query('marking waiting rows', markWaitingText, [null, MARK_WAITING_CHUNK])).count,
+        );
+      } catch (err) {
+        if (isStatementTimeout(err) && !this.client.poisoned) break;
+        throw err;
+      }
       timer.record(Date.now() - started);
       marked += n;
       if (n < MARK_WAITING_CHUNK) break;
@@ -88,7 +96,8 @@ export class SideTransactions {
       this.statements,
       conn,
       deadline,
-      txSettings(deadline, { batch: false, lockTimeoutMs }),
+      // the server ends a statement before the race would (which abandons the client)
+      txSettings(deadline.minus(BUDGET.serverFirstMs), { batch: false, lockTimeoutMs }),
     );
     try {
       const result = await work(tx);

@@ -5,7 +5,7 @@
 // invocation tidies what changed behind its back. Order (G4) must hold whatever the marks say.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { Deadline } from '../../src/budget.ts';
+import { BUDGET, Deadline } from '../../src/budget.ts';
 import { backlog } from '../../src/outbox/admin.ts';
 import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
 import { OutboxStore } from '../../src/outbox/store.ts';
@@ -253,5 +253,28 @@ describe('waiting marks', () => {
     assert.ok(marked > 0 && marked < behind && marked % 10_000 === 0, `whole chunks, not all of them: ${marked}`);
     assert.equal((await waitingSeqs(f.table)).length, marked);
     assert.equal(await store.markWaiting(new Deadline(Date.now() + 120_000)), behind - marked, 'the next pass marks the rest');
+  });
+
+  it('G5: a chunk slower than the pass expected (a trigger sleeps 2 s per UPDATE) is timed out by the server, not by the client\'s race: the pass returns by its deadline with nothing marked, the client still usable', async (ctx) => {
+    const f = await fixture(sql, 'wait_slow');
+    const t = qualified(parseTableName(f.table));
+    await insertEvents(sql, f.table, [{ aggregateid: 'SLOW', type: 'S0' }]);
+    await sql.unsafe(`UPDATE ${t} SET attempts = 1, next_attempt_at = now() + interval '1 hour', last_error = 'earlier failure'`);
+    await insertEvents(sql, f.table, Array.from({ length: 20 }, (_, i) => ({ aggregateid: 'SLOW', type: `S${i + 1}` })));
+    const fn = `${f.table.replace(/\W/g, '_')}_slow`;
+    await sql.unsafe(`CREATE FUNCTION ${fn}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(2); RETURN NULL; END $$`);
+    await sql.unsafe(`CREATE TRIGGER slow BEFORE UPDATE ON ${t} FOR EACH STATEMENT EXECUTE FUNCTION ${fn}()`);
+    const store = new OutboxStore(sql, parseTableName(f.table), 'hold');
+    // a budget the first chunk is expected to fit (nothing measured yet), which the trigger overruns
+    const deadline = new Deadline(Date.now() + 1_000);
+    const marked = await store.markWaiting(deadline);
+    const late = Date.now() - deadline.at;
+    ctx.diagnostic(`returned ${-late} ms before the deadline`);
+    assert.equal(marked, 0);
+    assert.equal(store.poisoned, false, 'the client lost its race with the deadline and was abandoned');
+    assert.ok(late <= BUDGET.rollbackGraceMs.min, `returned ${late} ms past the deadline`);
+    assert.deepEqual(await waitingSeqs(f.table), [], 'the chunk was rolled back');
+    await sql.unsafe(`DROP TRIGGER slow ON ${t}`);
+    assert.equal(await store.markWaiting(new Deadline(Date.now() + 60_000)), 20, 'the same client marks them on the next pass');
   });
 });
