@@ -9,6 +9,7 @@ import net from 'node:net';
 import { join } from 'node:path';
 import { parse } from 'yaml';
 import { ROOT } from './helpers.ts';
+import { freePorts } from './free-ports.ts';
 
 export const RIE = join(ROOT, '.cache', 'lambda-rie', 'bin', 'aws-lambda-rie');
 export const RIC = join(ROOT, '.cache', 'lambda-ric', 'node_modules', 'aws-lambda-ric', 'index.mjs');
@@ -49,14 +50,6 @@ export function scheduledEvent(): Record<string, unknown> {
   };
 }
 
-async function freePort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
-
 export type Invocation =
   | { outcome: 'ok'; summary: Summary }
   | { outcome: 'timed-out'; body: string }
@@ -80,7 +73,7 @@ export class Emulator {
   }
 
   static async start(taskRoot: string, handler: string, timeoutSeconds: number, env: Record<string, string>): Promise<Emulator> {
-    const [port, apiPort] = [await freePort(), await freePort()];
+    const [port, apiPort] = (await freePorts(2)) as [number, number];
     const child = spawn(
       RIE,
       ['--runtime-interface-emulator-address', `127.0.0.1:${port}`, '--runtime-api-address', `127.0.0.1:${apiPort}`, process.execPath, RIC, handler],

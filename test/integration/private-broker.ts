@@ -17,11 +17,11 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import kafkajs from 'kafkajs';
 import { ROOT, TLS_DIR } from './helpers.ts';
+import { freePorts } from './free-ports.ts';
 
 const LIBS = join(ROOT, '.cache', 'kafka', 'libs', '*');
 const PROBE = 'private-broker.ready';
@@ -40,14 +40,6 @@ export interface PrivateBroker {
   /** SIGCONT, then waits until it answers again (KRaft fences a broker whose heartbeats stopped). */
   resume(): Promise<void>;
   stop(): Promise<void>;
-}
-
-async function freePort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise((r) => server.close(r));
-  return port;
 }
 
 /** The IAM listener's options: MskIamValidator's JAAS options, and how long a session may last before the client must log in again. */
@@ -93,10 +85,10 @@ export function mskIamValidatorClasses(): string {
 
 export async function startPrivateBroker(options: { mskIam?: MskIamListener } = {}): Promise<PrivateBroker> {
   const dir = mkdtempSync(join(tmpdir(), 'outbox-relay-broker-'));
-  const [port, controllerPort] = [await freePort(), await freePort()];
-  const address = `127.0.0.1:${port}`;
   const iam = options.mskIam;
-  const iamAddress = iam ? `127.0.0.1:${await freePort()}` : undefined;
+  const [port, controllerPort, iamPort] = (await freePorts(3)) as [number, number, number];
+  const address = `127.0.0.1:${port}`;
+  const iamAddress = iam ? `127.0.0.1:${iamPort}` : undefined;
   const classPath = iam ? `${LIBS}:${mskIamValidatorClasses()}` : LIBS;
   const jaasOption = (name: string, value: string | number | undefined) => (value === undefined ? '' : ` ${name}="${value}"`);
   const config = join(dir, 'server.properties');
