@@ -130,6 +130,11 @@ log_timezone = 'UTC'
 log_line_prefix = '%m [%p] %q%u@%d '
 log_min_messages = warning
 log_connections = off
+# a failed test's postgres.log shows what the server was waiting for: lock waits past
+# deadlock_timeout (1 s), statements slower than 1 s, checkpoints
+log_lock_waits = on
+log_min_duration_statement = 1000
+log_checkpoints = on
 ssl = on
 ssl_cert_file = '$(pg_home)/tls/server.pem'
 ssl_key_file = '$(pg_home)/tls/server.key'
