@@ -87,6 +87,15 @@ export class MessageRejectedError extends RelayError {
   }
 }
 
+/**
+ * Exactly-once delivery: this invocation no longer holds its lane (docs/DESIGN.md, "Exactly-once delivery (opt-in)"). Its lease
+ * ran out (the invocation was paused past it) or another invocation settled its batch; it commits
+ * nothing more, in Kafka or in the database, and the lane's holder delivers its rows.
+ */
+export class LaneLostError extends RelayError {
+  readonly retriable = true;
+}
+
 /** An await did not finish within the invocation's remaining budget. */
 export class DeadlineExceededError extends RelayError {
   readonly retriable = true;

@@ -214,8 +214,8 @@ export function kafkaPlaintextProblem(kafka: { ssl: boolean; brokers: readonly s
 export function kafkaTlsWarning(kafka: { ssl: boolean; sslRejectUnauthorized: boolean }): string | undefined {
   if (!kafka.ssl || kafka.sslRejectUnauthorized) return undefined;
   return (
-    "KAFKA_SSL_REJECT_UNAUTHORIZED=false: the brokers' certificates are not checked, so anyone on the network path can pose as a broker, read the events and the SASL credentials: " +
-    "set it to true (the default), and give Node a private CA with NODE_EXTRA_CA_CERTS instead"
+    "KAFKA_SSL=no-verify: the brokers' certificates are not checked, so anyone on the network path can pose as a broker, read the events and the SASL credentials: " +
+    "set it to true, and give Node a private CA with NODE_EXTRA_CA_CERTS instead"
   );
 }
 

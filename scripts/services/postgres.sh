@@ -124,6 +124,14 @@ max_replication_slots = 10
 # the relay's write pattern (every row inserted, then updated once) hits within a minute
 shared_buffers = 1GB
 max_wal_size = 4GB
+# No fsync: a COMMIT answers once its WAL is written to the kernel, not once the disk has it. The
+# test box shares one disk with Kafka and several test files, and there a WAL flush has stalled 6 s
+# (a CI run's postgres.log: four COMMITs answered together after 4-6 s), failing an invocation on
+# its deadline for want of a disk, not of anything the relay does. A process crash (kill -9,
+# an immediate shutdown, the failover test's primary) loses nothing this way: the kernel has the
+# WAL. Only a crash of the machine itself would, which no test makes. Slow databases are tested
+# on purpose (test/integration/pg-proxy.ts, database-faults.test.ts), not left to the disk.
+fsync = off
 password_encryption = 'scram-sha-256'
 timezone = 'UTC'
 log_timezone = 'UTC'

@@ -33,7 +33,7 @@ import { ALLOW_PLAINTEXT_LOGIN, DATABASE_SSL_MODES, databaseLogin, kafkaPlaintex
 import { parseDatabaseUrl, type DatabaseUrl } from '../database-url.ts';
 import { EnvReader, type Env } from './env-reader.ts';
 import { DECLARED } from './settings.ts';
-import { KAFKA_AUTHS, KAFKA_CLIENTS, type Config, type KafkaAuth, type KafkaClientName } from './types.ts';
+import { KAFKA_AUTHS, KAFKA_CLIENTS, PAUSE_WINDOWS, type Config, type KafkaAuth, type KafkaClientName } from './types.ts';
 import { uriReferenceProblem } from './uri-reference.ts';
 
 // the Config's shape lives in config/types.ts; importers keep naming this file
@@ -62,6 +62,9 @@ export const REMOVED_SETTINGS: Readonly<Record<string, string>> = {
   OUTBOX_BACKOFF_BASE_MS: `a failed row is retried after ${BACKOFF_BASE_MS / 1000} s, doubling per attempt up to ${BACKOFF_MAX_MS / 60_000} minutes, with jitter. Unset it; how many failures park a row is OUTBOX_MAX_ATTEMPTS`,
   OUTBOX_BACKOFF_MAX_MS: `a failed row's retry delay doubles up to ${BACKOFF_MAX_MS / 60_000} minutes. Unset it; how many failures park a row is OUTBOX_MAX_ATTEMPTS`,
   OUTBOX_POLL_MS: `a lingering invocation behind a pooler probes for new rows every ${POLL_MS} ms. Unset it; on a direct connection (DATABASE_PREPARE=true) it LISTENs instead`,
+  KAFKA_SSL_REJECT_UNAUTHORIZED:
+    "KAFKA_SSL=no-verify is TLS without checking the brokers' certificates (what KAFKA_SSL_REJECT_UNAUTHORIZED=false was). Unset it; " +
+    'for a private CA give Node NODE_EXTRA_CA_CERTS instead',
   OUTBOX_METRICS:
     "each invocation's metrics go to stdout in Lambda, where CloudWatch reads them and the alarms need them, and to stderr elsewhere (stdout is the CLI's summary). Unset it",
 };
@@ -97,8 +100,12 @@ export function loadConfig(env: Env = process.env, { kafka = true }: { kafka?: b
     telemetry: telemetryConfig(read),
     fanoutMax: fanoutMax(read),
     testPauseAfterPublishMs: TEST_HOOKS ? read.int('OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS', 0, 0, 3_600_000) : 0,
+    testPauseAt: TEST_HOOKS ? read.oneOf('OUTBOX_TEST_PAUSE_AT', PAUSE_WINDOWS, 'publish') : 'publish',
     awsCredentials: AWS_CREDENTIAL_VARIABLES.some((name) => read.str(name) !== undefined),
   };
+  if (config.outbox.delivery === 'exactly-once' && config.kafka.client !== 'kafkajs') {
+    read.problems.push('OUTBOX_DELIVERY=exactly-once works with OUTBOX_KAFKA_CLIENT=kafkajs only, so far: unset OUTBOX_KAFKA_CLIENT, or OUTBOX_DELIVERY (docs/DESIGN.md, "Exactly-once delivery (opt-in)")');
+  }
   if (read.problems.length) throw new ConfigError(read.problems);
   return config;
 }
@@ -161,8 +168,10 @@ function kafkaConfig(read: EnvReader, allowPlaintext: boolean, required: boolean
   if (auth === 'iam' && region === undefined) {
     read.problems.push("KAFKA_AUTH=iam signs its tokens for the cluster's region, and AWS_REGION is not set: set it to the MSK cluster's region, e.g. AWS_REGION=eu-west-1 (Lambda sets it to the function's)");
   }
-  // SASL credentials and IAM tokens never cross a network in the clear by default
-  const ssl = read.bool('KAFKA_SSL', kafkaTlsDefault(secretId !== undefined || auth === 'iam', brokers));
+  // SASL credentials and IAM tokens never cross a network in the clear by default; no-verify:
+  // TLS, the brokers' certificates unchecked (warned at start)
+  const noVerify = read.str('KAFKA_SSL')?.toLowerCase() === 'no-verify';
+  const ssl = noVerify || read.bool('KAFKA_SSL', kafkaTlsDefault(secretId !== undefined || auth === 'iam', brokers));
   const plaintext = allowPlaintext ? undefined : kafkaPlaintextProblem({ ssl, brokers, auth });
   if (plaintext) read.problems.push(plaintext);
   return {
@@ -172,7 +181,7 @@ function kafkaConfig(read: EnvReader, allowPlaintext: boolean, required: boolean
     secretId,
     region,
     ssl,
-    sslRejectUnauthorized: read.bool('KAFKA_SSL_REJECT_UNAUTHORIZED', true),
+    sslRejectUnauthorized: !noVerify,
     clientId: read.str('OUTBOX_CLIENT_ID') ?? 'outbox-relay',
     compression: read.oneOf('OUTBOX_COMPRESSION', ['none', 'gzip'] as const, 'none'),
   };
@@ -257,6 +266,7 @@ function outboxConfig(read: EnvReader, prepare: boolean): Config['outbox'] {
     // skipped rows are the audit record of an operator's decision: kept a month, not a day
     retainSkippedMs: read.int('OUTBOX_RETAIN_SKIPPED_MS', 30 * 86_400_000, 0, 3_650 * 86_400_000),
     idle: read.oneOf('OUTBOX_IDLE', ['exit', 'linger'] as const, 'exit'),
+    delivery: read.oneOf('OUTBOX_DELIVERY', ['at-least-once', 'exactly-once'] as const, 'at-least-once'),
     // DATABASE_PREPARE=false says a pooler sits in between (PgBouncer in transaction mode, RDS
     // Proxy): LISTEN does not work through the first and pins a session of the second
     wake: prepare ? 'notify' : 'poll',

@@ -39,8 +39,7 @@ export const SETTINGS: readonly Setting[] = [
   setting('KAFKA_BROKERS', '— (required; not by `migrate`, `status`, `parked`)', 'which brokers', param('kafkaBrokers')),
   setting('KAFKA_SECRET_ID', '—', 'the SASL login', '${param:kafkaSecretId, param:kafkaSecretArn}'),
   setting('KAFKA_AUTH', '`sasl` with `KAFKA_SECRET_ID`, else `none`', 'how the relay logs in to Kafka', param('kafkaAuth')),
-  setting('KAFKA_SSL', '`true` when the relay logs in, unless every broker is on this machine; else `false`', 'TLS to the brokers', param('kafkaSsl')),
-  setting('KAFKA_SSL_REJECT_UNAUTHORIZED', '`true`', "whether the brokers' certificates are checked", param('kafkaSslRejectUnauthorized')),
+  setting('KAFKA_SSL', '`true` when the relay logs in, unless every broker is on this machine; else `false`', "TLS to the brokers, their certificates checked", param('kafkaSsl')),
   setting('OUTBOX_ALLOW_PLAINTEXT_LOGIN', '`false`', 'whether a login may cross the network unencrypted'),
   setting('OUTBOX_TABLE', '`outbox`', 'which table', param('outboxTable')),
   setting('OUTBOX_BATCH_SIZE', '`500`', 'rows per transaction, and duplicates per crash', param('batchSize')),
@@ -65,6 +64,7 @@ export const SETTINGS: readonly Setting[] = [
   setting('OUTBOX_PARTITION_WIDTH', '— (plain tables)', 'partitioned tables, and their width'),
   setting('OUTBOX_RETAIN_SKIPPED_MS', '`2592000000` (30 days)', "how long operators' skips stay on record", param('retainSkippedMs')),
   setting('OUTBOX_IDLE', '`exit`', 'cost or latency, when the outbox is empty', param('idle')),
+  setting('OUTBOX_DELIVERY', '`at-least-once`', 'duplicates after a crash, or Kafka transactions', param('delivery')),
   setting('OUTBOX_FANOUT_MAX', '`1`', 'how many invocations may work on a backlog', param('fanoutMax')),
   setting('OUTBOX_COMPRESSION', '`none`', 'bytes on the wire or CPU', param('compression')),
   setting('OUTBOX_KAFKA_CLIENT', '`kafkajs`', 'which Kafka client library', param('kafkaClient')),
@@ -96,6 +96,7 @@ export const SETTINGS: readonly Setting[] = [
   ...(TEST_HOOKS
     ? ([
         { name: 'OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS', kind: 'test-hook' },
+        { name: 'OUTBOX_TEST_PAUSE_AT', kind: 'test-hook' },
         // once settings, now constants (load.ts, REMOVED_SETTINGS), that tests shorten to stay fast
         { name: 'DATABASE_CONNECT_TIMEOUT_MS', kind: 'test-hook' },
         { name: 'OUTBOX_BACKOFF_BASE_MS', kind: 'test-hook' },

@@ -79,6 +79,11 @@ export interface Config {
      */
     idle: 'exit' | 'linger';
     /**
+     * at-least-once (duplicates after a crash, the same ids), or exactly-once for read_committed
+     * consumers: each batch a Kafka transaction of a leased lane (docs/DESIGN.md, "Exactly-once delivery (opt-in)")
+     */
+    delivery: 'at-least-once' | 'exactly-once';
+    /**
      * how a lingering invocation learns of new rows: LISTEN/NOTIFY (a direct connection) or a probe
      * every pollMs (a pooler in between: DATABASE_PREPARE=false here, or found by the Runtime at connect)
      */
@@ -117,8 +122,17 @@ export interface Config {
    */
   testPauseAfterPublishMs: number;
   /**
+   * test-only: where that pause is. `publish`: after the acks (in exactly-once delivery, before the
+   * batch is recorded and its Kafka transaction commits); `kafka-commit`: after that commit, before
+   * the marks'; `committed`: after both
+   */
+  testPauseAt: PauseWindow;
+  /**
    * AWS credentials are named in the environment (keys, a profile, a web identity, container
    * credentials): the operator commands record the AWS caller identity (src/cli/operator.ts)
    */
   awsCredentials: boolean;
 }
+
+export const PAUSE_WINDOWS = ['publish', 'kafka-commit', 'committed'] as const;
+export type PauseWindow = (typeof PAUSE_WINDOWS)[number];

@@ -10,6 +10,7 @@ import type { Config, KafkaClientName } from '../config/types.ts';
 import { KafkaClientLoadError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import { ProducerPublisher, type KafkaClient, type PublisherOptions } from './producer-publisher.ts';
+import { LanePublisher, type TransactionalKafkaClient } from './transactional.ts';
 
 type ClientLoader = (kafka: Config['kafka'], logger: Logger) => Promise<KafkaClient>;
 
@@ -50,6 +51,28 @@ export function kafkaClient(kafka: Config['kafka'], logger: Logger, load: Client
       return (await loading).connect(login);
     },
   };
+}
+
+/** Exactly-once delivery's client: kafkajs so far (config/load.ts refuses the mode with another). */
+function transactionalClient(kafka: Config['kafka'], logger: Logger): TransactionalKafkaClient {
+  let loading: Promise<TransactionalKafkaClient> | undefined;
+  return {
+    async connectTransactional(login, transactionalId, transactionTimeoutMs) {
+      loading ??= CLIENT_MODULES.kafkajs().then(
+        (m) => new m.KafkajsClient(kafka, logger),
+        (err: unknown) => {
+          loading = undefined;
+          throw new KafkaClientLoadError('kafkajs', err);
+        },
+      );
+      return (await loading).connectTransactional(login, transactionalId, transactionTimeoutMs);
+    },
+  };
+}
+
+/** A lane's publisher (OUTBOX_DELIVERY=exactly-once), its transactional id the lane's. */
+export function createLanePublisher(opts: PublisherOptions, transactionalId: string, transactionTimeoutMs: number): LanePublisher {
+  return new LanePublisher(opts, transactionalClient(opts.kafka, opts.logger), transactionalId, transactionTimeoutMs);
 }
 
 /** The Publisher of the configured client (`opts.kafka.client`). */

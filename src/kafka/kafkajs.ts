@@ -2,11 +2,12 @@
 // producer, acks=all, one request in flight per broker (kafkajs does not enforce
 // maxInFlightRequests=1 for idempotent producers, and without it a retried request can land
 // behind a later one and reorder an aggregate), the Java client's partitioner.
-import kafkajs, { CompressionTypes, Kafka, logLevel as KafkaLogLevel, Partitioners, type Admin, type KafkaConfig, type Mechanism, type Producer, type SASLOptions } from 'kafkajs';
+import kafkajs, { CompressionTypes, Kafka, logLevel as KafkaLogLevel, Partitioners, type Admin, type KafkaConfig, type Mechanism, type Producer, type ProducerRecord, type SASLOptions } from 'kafkajs';
 import type { KafkaLogin } from '../domain.ts';
 import type { Logger } from '../log.ts';
 import type { OutboundMessage } from '../loop/ports.ts';
 import type { ClientProducer, KafkaClient, PublisherOptions } from './producer-publisher.ts';
+import type { ClientTransaction, TransactionalClientProducer, TransactionalKafkaClient } from './transactional.ts';
 
 // Client retries: few and short. kafkajs warns that "limiting retries for the idempotent producer
 // may invalidate EoS guarantees": true of a producer that is used again after its retries ran out,
@@ -16,7 +17,7 @@ import type { ClientProducer, KafkaClient, PublisherOptions } from './producer-p
 const RETRY = { retries: 3, initialRetryTime: 100, maxRetryTime: 2_000 };
 const EOS_RETRIES_WARNING = /Limiting retries for the idempotent producer/;
 
-export class KafkajsClient implements KafkaClient {
+export class KafkajsClient implements KafkaClient, TransactionalKafkaClient {
   constructor(
     private readonly kafka: PublisherOptions['kafka'],
     private readonly logger: Logger,
@@ -37,7 +38,32 @@ export class KafkajsClient implements KafkaClient {
       await producer.disconnect().catch(() => undefined);
       throw err;
     }
-    return new KafkajsProducer(producer, kafka.admin(), this.kafka.compression === 'gzip' ? CompressionTypes.GZIP : CompressionTypes.None);
+    return new KafkajsProducer(producer, kafka.admin(), this.compression());
+  }
+
+  /** Exactly-once delivery's producer: kafkajs initialises its transactional id at the first transaction(), which fences. */
+  async connectTransactional(login: KafkaLogin | undefined, transactionalId: string, transactionTimeoutMs: number): Promise<TransactionalClientProducer> {
+    const kafka = new Kafka(this.config(login));
+    const producer = kafka.producer({
+      transactionalId,
+      transactionTimeout: transactionTimeoutMs,
+      idempotent: true,
+      maxInFlightRequests: 1,
+      allowAutoTopicCreation: false,
+      createPartitioner: Partitioners.DefaultPartitioner,
+      retry: RETRY,
+    });
+    try {
+      await producer.connect();
+    } catch (err) {
+      await producer.disconnect().catch(() => undefined);
+      throw err;
+    }
+    return new KafkajsTransactionalProducer(producer, kafka.admin(), this.compression());
+  }
+
+  private compression(): CompressionTypes {
+    return this.kafka.compression === 'gzip' ? CompressionTypes.GZIP : CompressionTypes.None;
   }
 
   private config(login: KafkaLogin | undefined): KafkaConfig {
@@ -108,42 +134,79 @@ function oauthBearer(token: () => Promise<string>): Mechanism['authenticationPro
   });
 }
 
+/** A send's record batch as kafkajs takes it. */
+function record(topic: string, messages: OutboundMessage[], brokerTimeoutMs: number, compression: CompressionTypes): ProducerRecord {
+  return {
+    topic,
+    acks: -1,
+    timeout: brokerTimeoutMs,
+    compression,
+    // kafkajs takes the record's timestamp as a string of milliseconds (unset: the send time)
+    messages: messages.map((m) => ({
+      key: m.key,
+      value: m.value,
+      headers: m.headers,
+      ...(m.timestamp === undefined ? {} : { timestamp: String(m.timestamp) }),
+    })),
+  };
+}
+
 /** One kafkajs producer (one producer id) and the admin client of the same Kafka instance. */
 class KafkajsProducer implements ClientProducer {
   private adminConnected = false;
 
   constructor(
-    private readonly producer: Producer,
+    protected readonly producer: Producer,
     private readonly admin: Admin,
-    private readonly compression: CompressionTypes,
+    protected readonly compression: CompressionTypes,
   ) {}
 
   async send(topic: string, messages: OutboundMessage[], brokerTimeoutMs: number): Promise<void> {
-    await this.producer.send({
-      topic,
-      acks: -1,
-      timeout: brokerTimeoutMs,
-      compression: this.compression,
-      // kafkajs takes the record's timestamp as a string of milliseconds (unset: the send time)
-      messages: messages.map((m) => ({
-        key: m.key,
-        value: m.value,
-        headers: m.headers,
-        ...(m.timestamp === undefined ? {} : { timestamp: String(m.timestamp) }),
-      })),
-    });
+    await this.producer.send(record(topic, messages, brokerTimeoutMs, this.compression));
   }
 
-  async topicConfig(topic: string, name: string): Promise<string | undefined> {
+  protected async connectedAdmin(): Promise<Admin> {
     if (!this.adminConnected) {
       await this.admin.connect();
       this.adminConnected = true;
     }
-    const res = await this.admin.describeConfigs({ includeSynonyms: false, resources: [{ type: 2 /* TOPIC */, name: topic, configNames: [name] }] });
+    return this.admin;
+  }
+
+  async topicConfig(topic: string, name: string): Promise<string | undefined> {
+    const admin = await this.connectedAdmin();
+    const res = await admin.describeConfigs({ includeSynonyms: false, resources: [{ type: 2 /* TOPIC */, name: topic, configNames: [name] }] });
     return res.resources[0]?.configEntries.find((e) => e.configName === name)?.configValue;
   }
 
   async close(): Promise<void> {
     await Promise.allSettled([this.producer.disconnect(), this.admin.disconnect()]);
+  }
+}
+
+class KafkajsTransactionalProducer extends KafkajsProducer implements TransactionalClientProducer {
+  async begin(): Promise<ClientTransaction> {
+    const tx = await this.producer.transaction();
+    const compression = this.compression;
+    return {
+      async send(topic, messages, brokerTimeoutMs) {
+        await tx.send(record(topic, messages, brokerTimeoutMs, compression));
+      },
+      async commit({ group, topic, batchNo }) {
+        await tx.sendOffsets({ consumerGroupId: group, topics: [{ topic, partitions: [{ partition: 0, offset: batchNo }] }] });
+        await tx.commit();
+      },
+      abort: () => tx.abort(),
+    };
+  }
+
+  // an offset committed in a transaction is visible only once that transaction has committed
+  async committedOffset(group: string): Promise<bigint> {
+    const admin = await this.connectedAdmin();
+    let highest = -1n;
+    for (const { partitions } of await admin.fetchOffsets({ groupId: group })) {
+      for (const { offset } of partitions) if (BigInt(offset) > highest) highest = BigInt(offset);
+    }
+    return highest;
   }
 }

@@ -6,7 +6,8 @@ import { Deadline } from '../budget.ts';
 import type { Config } from '../config/types.ts';
 import { claimColumns, settingColumns, type KafkaCredentials, type MskIamLogin } from '../domain.ts';
 import { BrokerUnavailableError } from '../errors.ts';
-import { createPublisher, preloadKafkaClient } from '../kafka/clients.ts';
+import { createLanePublisher, createPublisher, preloadKafkaClient } from '../kafka/clients.ts';
+import type { PublisherOptions } from '../kafka/producer-publisher.ts';
 import { MskIamTokens } from '../kafka/msk-iam.ts';
 import type { Logger } from '../log.ts';
 import type { Publisher } from '../loop/ports.ts';
@@ -73,7 +74,8 @@ export class Runtime {
     // OUTBOX_MAX_MESSAGE_BYTES, when set, is every topic's limit: a larger payload is never read
     const claimBytes = { batch: maxBatchBytes, ...(maxMessageBytes === undefined ? {} : { payload: maxMessageBytes }) };
     // the columns the metadata read (created_at, tracingspancontext) are claimed only when on
-    return { prepare, sentRows, claimBytes, columns: claimColumns(metadata), columnNames: settingColumns(metadata) };
+    const lanes = this.config.outbox.delivery === 'exactly-once';
+    return { prepare, sentRows, claimBytes, columns: claimColumns(metadata), columnNames: settingColumns(metadata), lanes };
   }
 
   /** The store of a new client. A subclass may build another: bench/stores.ts (the benches' comparisons, the unguarded claim of a G4 test). */
@@ -82,16 +84,20 @@ export class Runtime {
   }
 
   publisher(): Publisher {
-    const kafka = this.config.kafka;
     // OUTBOX_KAFKA_CLIENT: kafkajs or platformatic, the same Publisher around either
-    this.publisherInstance ??= createPublisher({
+    this.publisherInstance ??= createPublisher(this.publisherOptions());
+    return this.publisherInstance;
+  }
+
+  private publisherOptions(): PublisherOptions {
+    const kafka = this.config.kafka;
+    return {
       kafka,
       metadata: this.config.outbox.metadata,
       maxMessageBytes: this.config.outbox.maxMessageBytes,
       logger: this.logger,
       credentials: kafka.auth === 'sasl' ? (refresh) => this.kafkaCredentials(refresh) : kafka.auth === 'iam' ? (refresh) => this.mskIamLogin(refresh) : undefined,
-    });
-    return this.publisherInstance;
+    };
   }
 
   private mskIamLogin(refresh: boolean): Promise<MskIamLogin> {
@@ -129,6 +135,11 @@ export class Runtime {
           config: { ...o, wake: this.db.wake(o.wake), idle: helper ? 'exit' : o.idle },
           logger,
           pauseAfterPublishMs: this.config.testPauseAfterPublishMs,
+          pauseAt: this.config.testPauseAt,
+          // a lane's producer lives for one invocation: its next holder may be another container
+          ...(store.lanes
+            ? { exactlyOnce: { lanes: store.lanes, publisherFor: (lease, ms) => createLanePublisher(this.publisherOptions(), lease.transactionalId, ms), logger } }
+            : {}),
         },
         deadline,
       ),

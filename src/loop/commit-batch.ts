@@ -23,7 +23,7 @@ export async function commitBatch(batch: Batch, outcome: PublishOutcome, ctx: Co
     return batch.tx.rollback();
   }
   try {
-    const committing = await batch.tx.commitIfAllPremarked(result.sent, result.failures);
+    const committing = await batch.tx.commitIfAllPremarked(result.sent, result.failures, outcome.settle);
     if (committing) {
       const counted = committing.answer.then(
         () => count(ctx, result),
@@ -33,7 +33,7 @@ export async function commitBatch(batch: Batch, outcome: PublishOutcome, ctx: Co
       );
       return ctx.commits.add(batch.tx, counted);
     }
-    await batch.tx.markAndCommit(result.sent, result.failures);
+    await batch.tx.markAndCommit(result.sent, result.failures, outcome.settle);
   } catch (err) {
     await batch.tx.rollback();
     throw commitFailed(ctx, err, result);

@@ -2,13 +2,14 @@
 // section's flowchart, step by step. The next claim, this batch's marks and its COMMIT's answer
 // overlap the publish, so that neither the database nor Kafka waits for the other.
 import { BatchBudget, type Deadline } from '../budget.ts';
-import type { Config } from '../config/types.ts';
-import { DatabaseError, DeadlineExceededError } from '../errors.ts';
+import type { Config, PauseWindow } from '../config/types.ts';
+import { DatabaseError, DeadlineExceededError, type RelayError } from '../errors.ts';
 import { socketsFlushed } from './event-loop.ts';
 import type { Logger } from '../log.ts';
 import { commitBatch } from './commit-batch.ts';
 import { CommitChain } from './commit-chain.ts';
 import { Idle } from './idle.ts';
+import { Lane, type LaneDeps } from './lane.ts';
 import { NextClaim, type Batch } from './next-claim.ts';
 import { publishBatch } from './publish-batch.ts';
 import { maintainPartitions } from './partitions.ts';
@@ -27,12 +28,27 @@ export interface RelayDeps {
   logger: Logger;
   /** test-only (src/test-hooks.ts): the crash window between the broker's acks and the marks' commit */
   pauseAfterPublishMs?: number;
+  /** test-only: where that pause is (Config.testPauseAt) */
+  pauseAt?: PauseWindow;
+  /** OUTBOX_DELIVERY=exactly-once: each batch in a Kafka transaction of a leased lane (docs/DESIGN.md, "Exactly-once delivery (opt-in)") */
+  exactlyOnce?: LaneDeps;
   random?: () => number;
 }
 
 export async function runInvocation(deps: RelayDeps, deadline: Deadline): Promise<Summary> {
   const invocation = new Invocation(deps, deadline);
   await invocation.checkTables();
+  if (!deps.exactlyOnce) return relay(deps, deadline, invocation);
+  const lane = await invocation.leaseLane(deps.exactlyOnce);
+  if (!lane) return invocation.finish(0);
+  try {
+    return await relay(deps, deadline, invocation);
+  } finally {
+    await lane.end(deadline);
+  }
+}
+
+async function relay(deps: RelayDeps, deadline: Deadline, invocation: Invocation): Promise<Summary> {
   await maintainPartitions(deps.store, deps.config.retainSentMs, deps.logger, deadline);
   const { retainSkippedMs } = deps.config;
   const retainSentMs = deps.store.partitionsMaintained ? 0 : deps.config.retainSentMs;
@@ -67,6 +83,7 @@ class Invocation {
   private ahead: NextClaim | undefined;
   private readonly idle: Idle | undefined;
   private lastClaim = { at: 0, seen: 0, anyRowWakes: false, claimOnceMore: false, recheck: false };
+  private lane: Lane | undefined;
 
   constructor(
     private readonly deps: RelayDeps,
@@ -82,6 +99,21 @@ class Invocation {
     } catch (err) {
       throw await this.failed(err);
     }
+  }
+
+  /** Undefined when every lane is leased: the invocation stops at once ('no-lane'). */
+  async leaseLane(deps: LaneDeps): Promise<Lane | undefined> {
+    try {
+      // the lease lasts until the Lambda's own timeout, and a little more
+      this.lane = await Lane.lease(deps, this.deadline.remaining() + this.deps.config.safetyMarginMs, this.deadline);
+    } catch (err) {
+      throw await this.failed(err);
+    }
+    if (!this.lane) {
+      this.stop('no-lane');
+      this.deps.logger.info('every exactly-once lane is leased by another invocation; this one stops', {});
+    }
+    return this.lane;
   }
 
   async relayAll(): Promise<void> {
@@ -127,16 +159,19 @@ class Invocation {
     this.summary.batches++;
 
     this.ahead = await this.claimAhead(batch);
-    const outcome = await timed(this.summary, 'publish', this.publish(batch, ready));
-    await this.testPause(outcome);
+    const published = await timed(this.summary, 'publish', this.publish(batch, ready));
+    await this.testPause(published, 'publish');
     // the previous batch's COMMIT went out before this publish began; it has answered by now
     const previousFailed = await timed(this.summary, 'commit', this.commits.failureOf());
     // the claim ahead relies on this batch's locks: it must have returned before they go
     await timed(this.summary, 'claim', this.ahead?.returned() ?? Promise.resolve());
+    const outcome = this.lane ? await timed(this.summary, 'commit', this.commitTransaction(this.lane, published, previousFailed)) : published;
+    await this.testPause(outcome, 'kafka-commit');
     const { config, random, logger } = this.deps;
     const commit = { policy: config, random, commits: this.commits, summary: this.summary, logger };
     await timed(this.summary, 'commit', commitBatch(batch, outcome, commit));
     this.inHand = undefined;
+    await this.testPause(outcome, 'committed');
     // a failed COMMIT fails the invocation only now, so this batch's acks were committed first
     if (previousFailed) throw previousFailed;
     this.budget.record(Date.now() - batch.startedAt);
@@ -212,22 +247,52 @@ class Invocation {
     return ahead;
   }
 
+  /**
+   * Exactly-once delivery: the batch on record in the lane (committed), then its Kafka transaction
+   * committed, in that order; the marks settle the record. A commit that fails may still have
+   * committed: its rows stay on record, for the lane's next holder, and this invocation stops.
+   */
+  private async commitTransaction(lane: Lane, outcome: PublishOutcome, previousFailed: Error | undefined): Promise<PublishOutcome> {
+    // the previous batch's marks did not commit: its record still stands, and this batch waits behind it
+    if (previousFailed || outcome.acked.length === 0) {
+      await lane.publisher.abort();
+      return { ...outcome, acked: [] };
+    }
+    let batchNo: string;
+    try {
+      batchNo = await lane.record(outcome.acked, this.deadline);
+    } catch (err) {
+      await lane.publisher.abort();
+      throw err;
+    }
+    try {
+      await lane.publisher.commit(batchNo, this.deadline);
+    } catch (err) {
+      const message = 'the Kafka transaction did not confirm its commit; its rows stay on record for the lane\'s next holder, which marks or frees them';
+      this.deps.logger.warn(message, { lane: lane.lease.lane, batchNo, rows: outcome.acked.length, error: err });
+      return { ...outcome, acked: [], unavailable: err as RelayError };
+    }
+    return { ...outcome, settle: lane.settlement(batchNo) };
+  }
+
   private publish(batch: Batch, ready: ClaimedRow[]): Promise<PublishOutcome> {
-    const { publisher, store, config } = this.deps;
+    const { store, config } = this.deps;
+    const publisher = this.lane?.publisher ?? this.deps.publisher;
     const { topicTemplate, rowRules: rules } = config;
     const sendBy = this.budget.sendBy();
     const ctx = { publisher, store, topicTemplate, rules, backedOff: this.backedOffTopics, sendBy };
     return publishBatch(batch.tx, ready, ctx);
   }
 
-  private async testPause(outcome: PublishOutcome): Promise<void> {
+  private async testPause(outcome: PublishOutcome, at: PauseWindow): Promise<void> {
     const pauseMs = this.deps.pauseAfterPublishMs;
     // compiled out of every build (src/test-hooks.ts)
-    if (TEST_HOOKS && pauseMs && outcome.acked.length > 0) {
+    if (TEST_HOOKS && pauseMs && outcome.acked.length > 0 && at === (this.deps.pauseAt ?? 'publish')) {
       // the previous batch's COMMIT is on the wire, its answer not yet read: a kill here is the
       // crash that G2's second test needs
       // no declaration in this block: esbuild keeps an `if (false)` block that declares one
-      this.deps.logger.warn('test hook: pausing after publish, before marks commit', { pauseMs, acked: outcome.acked.length });
+      if (at === 'committed') await this.commits.answered();
+      this.deps.logger.warn(`test hook: pausing after publish, before marks commit (at ${at})`, { pauseMs, acked: outcome.acked.length, at });
       await new Promise((r) => setTimeout(r, pauseMs));
     }
   }

@@ -33,15 +33,44 @@ export interface ClaimFilter {
 
 export type NothingClaimable = 'locked' | 'behind-failed-rows' | 'empty';
 
+/** Exactly-once delivery: the statement that ends a lane's batch in flight, run in the batch's transaction before its COMMIT. */
+export interface LaneSettlement {
+  text: string;
+  params: Array<string | number>;
+}
+
 export interface BatchTransaction {
   claim(limit: number, filter: ClaimFilter): Promise<ClaimedRow[]>;
   readPayloads(rows: ClaimedRow[]): Promise<void>;
   premark(seqs: string[]): void;
   /** The answer is wrapped: a promise resolved with a promise would wait for it, and the caller reads it later. */
-  commitIfAllPremarked(sent: string[], failures: Failure[]): Promise<{ answer: Promise<void> } | undefined>;
-  markAndCommit(sent: string[], failures: Failure[]): Promise<void>;
+  commitIfAllPremarked(sent: string[], failures: Failure[], settle?: LaneSettlement): Promise<{ answer: Promise<void> } | undefined>;
+  markAndCommit(sent: string[], failures: Failure[], settle?: LaneSettlement): Promise<void>;
   /** Never throws: it runs on every failure path. */
   rollback(): Promise<void>;
+}
+
+/** Exactly-once delivery (docs/DESIGN.md, "Exactly-once delivery (opt-in)"): a lane one invocation holds. */
+export interface LaneLease {
+  lane: number;
+  holder: string;
+  /** the lane's Kafka transactional id, and the consumer group its transactions commit their batch number to */
+  transactionalId: string;
+  /** what the lane's last holder left in flight: its batch's number and rows, to settle before any send */
+  unsettled?: { batchNo: string; seqs: string[] };
+  /** its last holder never released it (dead or paused): it may have left a transaction open */
+  abandoned: boolean;
+}
+
+export interface LaneStore {
+  /** Undefined when every lane is leased. */
+  lease(holder: string, leaseMs: number, deadline: Deadline): Promise<LaneLease | undefined>;
+  /** Committed before the Kafka commit; the batch's number. Rejects with LaneLostError unless the lane is still ours and settled. */
+  record(lease: LaneLease, seqs: string[], deadline: Deadline): Promise<string>;
+  settlement(lease: LaneLease, batchNo: string): LaneSettlement;
+  /** What the last holder left: marked sent (its Kafka transaction committed) or freed; the rows marked. */
+  settleUnsettled(lease: LaneLease, committed: boolean, deadline: Deadline): Promise<number>;
+  release(lease: LaneLease, deadline: Deadline): Promise<void>;
 }
 
 export interface InsertWatch {
@@ -58,6 +87,8 @@ export interface Store {
   /** A lingering invocation's cheap probe for new rows. */
   newestPending(deadline: Deadline): Promise<string | null>;
   watchInserts(deadline: Deadline, on: { insert(): void; lost(err: unknown): void }): Promise<InsertWatch>;
+  /** Exactly-once delivery's leases; absent in the default mode. */
+  readonly lanes?: LaneStore;
   /** Rejects before anything is published that could not then be marked sent. */
   checkTables(deadline: Deadline): Promise<readonly string[]>;
   /** Then the sent table is not pruned by rows (docs/schema.md, "Partitioned outboxes"); absent in the model's stores. */
@@ -84,12 +115,29 @@ export interface MessageFormat {
 }
 
 export interface PublishOutcome {
-  /** acked with acks=all: the only rows that may be marked sent */
+  /** acked with acks=all (exactly-once delivery: and their transaction committed): the only rows that may be marked sent */
   acked: string[];
   rejected: Array<{ seq: string; error: MessageRejectedError }>;
   /** refused as a whole (unknown, not authorized): their rows stay pending with no attempt charged */
   backedOff: Array<{ topic: string; error: MessageRejectedError }>;
   unavailable?: RelayError;
+  /** exactly-once delivery: the lane's batch these acks were recorded as, settled with the marks */
+  settle?: LaneSettlement;
+}
+
+/**
+ * Exactly-once delivery (docs/DESIGN.md, "Exactly-once delivery (opt-in)"): a lane's publisher. publish() writes the batch in
+ * an open Kafka transaction (any failure aborts it: nothing acked); commit() ends it once the
+ * database has the batch on record.
+ */
+export interface TransactionalPublisher extends Publisher {
+  /** The lane's earlier producers fenced: their last transaction's fate is final. */
+  fence(deadline: Deadline): Promise<void>;
+  /** The lane's last batch number Kafka committed (-1 when none); after fence(). */
+  committedBatch(deadline: Deadline): Promise<bigint>;
+  /** Rejects with the failure classified; then whether it committed is unknown, and the lane's next holder finds out. */
+  commit(batchNo: string, deadline: Deadline): Promise<void>;
+  abort(): Promise<void>;
 }
 
 /** Another client (e.g. a librdkafka binding) can be added without touching the loop. */

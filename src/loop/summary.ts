@@ -5,6 +5,7 @@ export type StopReason =
   | 'locked' // claimable rows exist, but other transactions hold them: other invocations, usually
   | 'behind-unclaimable-rows' // what is left is held back behind unclaimable rows (ClaimedRow.behindUnclaimable)
   | 'topics-backed-off' // what is left is bound for topics the broker refused in this invocation
+  | 'no-lane' // exactly-once delivery: every lane is leased by other invocations (docs/DESIGN.md, "Exactly-once delivery (opt-in)")
   | 'budget' // not enough time left for another batch
   | 'broker-unavailable'
   | 'database-error';

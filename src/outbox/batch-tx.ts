@@ -2,7 +2,7 @@
 // the COMMIT is on the wire: docs/DESIGN.md, "The batch transaction's states".
 import type { Deadline } from '../budget.ts';
 import { socketsFlushed } from '../loop/event-loop.ts';
-import type { BatchTransaction, ClaimFilter, ClaimedRow } from '../loop/ports.ts';
+import type { BatchTransaction, ClaimFilter, ClaimedRow, LaneSettlement } from '../loop/ports.ts';
 import type { Failure } from '../loop/settlement.ts';
 import type { Connections } from './connections.ts';
 import * as q from './sql.ts';
@@ -20,6 +20,8 @@ export interface BatchStatements {
   readonly markWaitingText: string;
   readonly payloadsText: string;
   readonly prepared: { prepare: boolean };
+  /** exactly-once delivery's lanes (lanes.ts): held-back rows may be in a lane's batch in flight */
+  readonly lanesTable?: string;
   claimStatement(limit: number, filter: ClaimFilter): q.Statement;
 }
 
@@ -87,8 +89,8 @@ export class BatchTx implements BatchTransaction {
     const heldBack = rows.filter((r) => !r.publishable);
     if (heldBack.length === 0) return rows;
     const gaps = [...new Set(heldBack.map((r) => r.first_gap!))];
-    type Held = { seq: string; why: 'locked' | 'waiting' | 'parked' | 'not-due' | null };
-    const heldSql = q.heldGapsSql(this.statements.table);
+    type Held = { seq: string; why: 'locked' | 'in-flight' | 'waiting' | 'parked' | 'not-due' | null };
+    const heldSql = q.heldGapsSql(this.statements.table, this.statements.lanesTable);
     const held = await this.send<Held[]>('checking held-back rows', heldSql, [gaps], false);
     const why = new Map(held.map((g) => [g.seq, g.why]));
     for (const r of heldBack) {
@@ -128,13 +130,16 @@ export class BatchTx implements BatchTransaction {
   }
 
   /** Resolved once written to the socket, with a promise of its answer. */
-  async commitIfAllPremarked(sent: string[], failures: Failure[]): Promise<{ answer: Promise<void> } | undefined> {
+  async commitIfAllPremarked(sent: string[], failures: Failure[], settle?: LaneSettlement): Promise<{ answer: Promise<void> } | undefined> {
     const pre = this.premarked;
     if (!pre || failures.length > 0 || sent.length !== pre.seqs.size || !sent.every((s) => pre.seqs.has(s)))
       return undefined;
     if (!(await pre.written)) return undefined;
     this.premarked = undefined;
-    const answer = this.endWith(this.run('committing the batch', this.conn`COMMIT`));
+    // a failed statement before it turns the COMMIT into a ROLLBACK, which answers without an error
+    const settled = settle ? this.send('settling the lane', settle.text, settle.params) : undefined;
+    const committed = this.run('committing the batch', this.conn`COMMIT`);
+    const answer = this.endWith(settled ? Promise.all([settled, committed]) : committed);
     answer.catch(() => undefined);
     this.state = 'committing';
     // on the wire before the next batch reaches the broker (G2)
@@ -142,7 +147,7 @@ export class BatchTx implements BatchTransaction {
     return { answer };
   }
 
-  async query<T extends Row[]>(what: string, text: string, params: Array<string | number | null>): Promise<RowList<T>> {
+  async query<T extends Row[]>(what: string, text: string, params: unknown[]): Promise<RowList<T>> {
     await this.opened;
     return this.send<T>(what, text, params);
   }
@@ -184,7 +189,7 @@ export class BatchTx implements BatchTransaction {
   }
 
   /** Sent at once (one round trip): any failure aborts the transaction, so nothing of the batch is recorded. */
-  async markAndCommit(sent: string[], failures: Failure[]): Promise<void> {
+  async markAndCommit(sent: string[], failures: Failure[], settle?: LaneSettlement): Promise<void> {
     await this.opened;
     const { markText, unwaitText, markWaitingText, table } = this.statements;
     const statements: Promise<unknown>[] = [];
@@ -218,6 +223,7 @@ export class BatchTx implements BatchTransaction {
     // a chunk at most, to keep this batch short; the next invocation's markWaiting marks any more
     if (blocking.length)
       statements.push(this.send('marking waiting rows', markWaitingText, [blocking, MARK_WAITING_CHUNK]));
+    if (settle) statements.push(this.send('settling the lane', settle.text, settle.params));
     statements.push(this.run('committing the batch', this.conn`COMMIT`));
     const results = await Promise.allSettled(statements);
     const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');

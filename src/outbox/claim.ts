@@ -25,7 +25,7 @@ export interface ClaimBytes {
 // A feature's fragment is in the text only while the feature is on, so the usual claim is the
 // short one (each shape its own prepared statement).
 export function claimStatement(t: string, policy: ParkedPolicy, limit: number, filter: ClaimFilter, lockSeed: string, bytes: ClaimBytes,
-  columns: readonly ClaimColumn[] = []): Statement {
+  columns: readonly ClaimColumn[] = [], lanes?: string): Statement {
   const p = new Params();
   const extra = columns.map(columnName);
   const claim = { limit: p.add(limit), seed: p.add(lockSeed), inFlight: p.add(filter.inFlight) };
@@ -35,7 +35,8 @@ export function claimStatement(t: string, policy: ParkedPolicy, limit: number, f
   const ctes = [
     `blocked AS MATERIALIZED (${blockedAggregates(t, policy)})`,
     topics ? `held AS MATERIALIZED (${firstRowsForTopics(t, topics)})` : undefined,
-    `cand AS MATERIALIZED (${candidates(t, claim, leftOut, topics !== undefined, columns)})`,
+    lanes ? `settling AS MATERIALIZED (${inFlightSql(lanes)})` : undefined,
+    `cand AS MATERIALIZED (${candidates(t, claim, leftOut, topics !== undefined, columns, lanes !== undefined)})`,
     `cut AS MATERIALIZED (${batchBytesCut(size.batch)})`,
     'taken AS NOT MATERIALIZED (SELECT * FROM cand WHERE seq <= (SELECT last_seq FROM cut))',
     'aggs AS (SELECT aggregateid, max(seq) AS max_seq, array_agg(seq) AS seqs FROM taken GROUP BY aggregateid)',
@@ -82,11 +83,12 @@ function firstRowsForTopics(t: string, $: { template: string; list: string }): s
 // tests the conditions in. ORDER BY both keys of the claim index: the one path to seq order
 // without a sort.
 function candidates(t: string, $: { limit: string; seed: string }, leftOut: string | undefined, topics: boolean,
-  columns: readonly ClaimColumn[]): string {
+  columns: readonly ClaimColumn[], settling: boolean): string {
   return `SELECT ${[...CAND_COLUMNS, ...columns].join(', ')} FROM ${t} r
   WHERE ${pending()}
     AND (aggregateid NOT IN (SELECT aggregateid FROM blocked) OR seq < (SELECT b.first_blocked FROM blocked b WHERE b.aggregateid = r.aggregateid))${
       topics ? '\n    AND NOT EXISTS (SELECT 1 FROM held h WHERE h.aggregateid = r.aggregateid AND h.first_held <= r.seq)' : ''}${
+      settling ? '\n    AND seq NOT IN (SELECT seq FROM settling)' : ''}${
       leftOut ? `\n    AND aggregateid <> ALL (${leftOut}::text[])` : ''}
     AND next_attempt_at <= now()
     AND CASE WHEN next_attempt_at <= now() THEN pg_try_advisory_xact_lock(hashtextextended(aggregateid, hashtext(${$.seed}))) END
@@ -142,7 +144,7 @@ export function blockingRows(policy: ParkedPolicy, alias?: string): string {
 // hold the aggregate's lock, and we hold that), such as an application's SELECT ... FOR UPDATE: the
 // caller leaves such aggregates out for the invocation, so a claim is never repeated behind a row
 // it cannot take. Gap rows we can lock stay locked by us, so no one takes them out of order meanwhile.
-export function heldGapsSql(t: string): string {
+export function heldGapsSql(t: string, lanes?: string): string {
   return `
 WITH lockable AS (
   SELECT seq FROM ${t}
@@ -150,7 +152,8 @@ WITH lockable AS (
   FOR UPDATE SKIP LOCKED
 )
 SELECT o.seq,
-       CASE WHEN NOT EXISTS (SELECT 1 FROM lockable l WHERE l.seq = o.seq) THEN 'locked'
+       CASE WHEN NOT EXISTS (SELECT 1 FROM lockable l WHERE l.seq = o.seq) THEN 'locked'${
+         lanes ? `\n            WHEN o.seq IN (${inFlightSql(lanes)}) THEN 'in-flight'` : ''}
             WHEN o.waiting THEN 'waiting'
             WHEN o.parked_at IS NOT NULL THEN 'parked'
             WHEN o.next_attempt_at > now() THEN 'not-due'
@@ -158,6 +161,14 @@ SELECT o.seq,
 FROM ${t} o
 WHERE o.seq = ANY ($1::bigint[])
   AND o.sent_at IS NULL AND o.skipped_at IS NULL`;
+}
+
+/**
+ * Exactly-once delivery: rows of a lane's batch whose Kafka transaction may have committed, until
+ * the lane settles them (outbox/lanes.ts). No claim takes them, so none is sent twice.
+ */
+function inFlightSql(lanes: string): string {
+  return `SELECT unnest(in_flight) AS seq FROM ${lanes} WHERE in_flight IS NOT NULL`;
 }
 
 export function payloadsSql(t: string): string {

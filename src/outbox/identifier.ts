@@ -25,6 +25,11 @@ export function sentTable(t: TableName): TableName {
   return { schema: t.schema, name: withSuffix(t.name, 'sent', 45) };
 }
 
+/** Exactly-once delivery's leases (migrations/002_lanes.sql). */
+export function lanesTable(t: TableName): TableName {
+  return { schema: t.schema, name: withSuffix(t.name, 'lanes', 44) };
+}
+
 // identifiers are at most 63 bytes: a hash of the whole keeps two long names apart
 function withSuffix(name: string, suffix: string, keep: number): string {
   const full = `${name}_${suffix}`;

@@ -5,7 +5,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Sql, TransactionSql } from 'postgres';
 import type { PartitionMaintenance } from '../loop/ports.ts';
-import { derivedName, derivedUniqueName, displayName, notifyChannel, qualified, quoteIdent, quoteLiteral, sentTable, type TableName } from './identifier.ts';
+import { derivedName, derivedUniqueName, displayName, lanesTable, notifyChannel, qualified, quoteIdent, quoteLiteral, sentTable, type TableName } from './identifier.ts';
 
 export interface Migration {
   version: number;
@@ -83,6 +83,8 @@ export function render(sqlText: string, table: TableName, shape: RenderShape = {
     channel: quoteLiteral(notifyChannel(table)),
     sent_table: qualified(sentTable(table)),
     idx_sent_table: derivedName(sentTable(table), 'sent_at_idx'),
+    lanes_table: qualified(lanesTable(table)),
+    lanes_pkey: derivedName(lanesTable(table), 'pkey'),
     // partitioned.sql's
     table_default: inSchema(table, derivedName(table, 'default')),
     sent_default: inSchema(table, derivedName(sentTable(table), 'default')),
@@ -179,7 +181,7 @@ async function tableShape(tx: TransactionSql, table: TableName): Promise<{ outbo
 /** For the benchmark's and tests' throwaway tables; the relay never calls it. */
 export async function dropOutbox(sql: Sql, table: TableName): Promise<void> {
   await sql.begin(async (tx) => {
-    await tx.unsafe(`DROP TABLE IF EXISTS ${qualified(table)}, ${qualified(sentTable(table))}`);
+    await tx.unsafe(`DROP TABLE IF EXISTS ${qualified(table)}, ${qualified(sentTable(table))}, ${qualified(lanesTable(table))}`);
     await tx.unsafe(`DROP FUNCTION IF EXISTS ${render('{{notify_fn}}', table)}(), ${render('{{unwait_fn}}', table)}(), ${render('{{partitions_fn}}', table)}(bigint)`);
     await tx`DELETE FROM outbox_relay_migrations WHERE target = ${displayName(table)}`;
   });

@@ -1,7 +1,7 @@
 // Each on a connection of its own, ended as a batch's is (BatchTx), never postgres.js' sql.begin:
 // docs/DESIGN.md, "The store and postgres.js".
 import { BatchTimer, BUDGET, type Deadline } from '../budget.ts';
-import type { PruneTarget } from '../loop/ports.ts';
+import type { LaneLease, LaneSettlement, PruneTarget } from '../loop/ports.ts';
 import { BatchTx, MARK_WAITING_CHUNK, type BatchStatements } from './batch-tx.ts';
 import type { Connections } from './connections.ts';
 import type { PartitionMaintenance } from './migrate.ts';
@@ -11,6 +11,9 @@ import { txSettings } from './tx-settings.ts';
 export interface SideStatements extends BatchStatements {
   readonly pruneText: Record<PruneTarget, string>;
   readonly waitingWorkText: string;
+  /** exactly-once delivery: the rows of a batch in flight still pending, locked; their mark by seq */
+  readonly inFlightPendingText: string;
+  readonly markBySeqText: string;
 }
 
 export class SideTransactions {
@@ -75,6 +78,25 @@ export class SideTransactions {
       if (n < MARK_WAITING_CHUNK) break;
     }
     return marked;
+  }
+
+  /**
+   * Exactly-once delivery: what a lane's last holder left in flight. Its Kafka transaction
+   * committed: the rows still pending are marked sent (a row its holder's marks did reach, or
+   * that went by hand, is not pending); it did not: they are only freed. Then the lane is settled.
+   */
+  settleLane(lease: LaneLease, committed: boolean, settle: LaneSettlement, deadline: Deadline): Promise<number> {
+    const seqs = lease.unsettled?.seqs ?? [];
+    return this.run(deadline, 'settling the lane', undefined, async (tx) => {
+      let marked = 0;
+      if (committed && seqs.length > 0) {
+        const pending = await tx.query<{ seq: string }[]>('locking the rows in flight', this.statements.inFlightPendingText, [seqs]);
+        if (pending.length > 0) await tx.query('marking the rows in flight sent', this.statements.markBySeqText, [pending.map((r) => r.seq)]);
+        marked = pending.length;
+      }
+      await tx.query('settling the lane', settle.text, settle.params);
+      return marked;
+    });
   }
 
   private tidy<T>(deadline: Deadline, work: (tx: BatchTx) => Promise<T>): Promise<T> {

@@ -58,6 +58,11 @@ put AS (
 ${exactly(rows.count, ['the mark moved', 'moved', 'rows out of the outbox'], ['and wrote', 'put', 'into the sent table'])}`;
 }
 
+/** Exactly-once delivery: which rows of a lane's batch in flight are still to mark, locked (outbox/side-tx.ts settleLane). */
+export function inFlightPendingSql(t: string): string {
+  return `SELECT seq::text AS seq FROM ${t} WHERE seq = ANY ($1::bigint[]) AND sent_at IS NULL AND skipped_at IS NULL FOR UPDATE`;
+}
+
 /** About five times cheaper than the move (no second copy, no index insertions). Checked as the move. */
 export function deleteSentSql(t: string, key: MarkKey = 'address'): string {
   const rows = markedBy(key, 'o');

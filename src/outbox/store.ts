@@ -5,13 +5,15 @@ import type {
   BatchTransaction,
   ClaimFilter,
   InsertWatch,
+  LaneStore,
   NothingClaimable,
   PruneTarget,
   Store,
 } from '../loop/ports.ts';
 import { BatchTx, type BatchStatements } from './batch-tx.ts';
 import { Connections } from './connections.ts';
-import { notifyChannel, qualified, sentTable, type TableName } from './identifier.ts';
+import { lanesTable, notifyChannel, qualified, sentTable, type TableName } from './identifier.ts';
+import { laneStatements, LaneLeases } from './lanes.ts';
 import { watchInserts } from './listen.ts';
 import { render, type PartitionMaintenance } from './migrate.ts';
 import { assertSchema, schemaCheckSql, type SchemaFacts } from './schema-check.ts';
@@ -30,6 +32,8 @@ export interface StoreOptions {
   columns?: readonly ClaimColumn[];
   /** the schema check asks that the role may read them */
   columnNames?: readonly string[];
+  /** OUTBOX_DELIVERY=exactly-once: the lanes table's leases, and claims that leave the lanes' rows in flight out */
+  lanes?: boolean;
 }
 
 /** A payload over 1 MiB (the broker's default message.max.bytes) is read by a second statement once its topic allows it. */
@@ -44,6 +48,10 @@ export class OutboxStore implements Store, BatchStatements, SideStatements {
   readonly unwaitText: string;
   readonly waitingWorkText: string;
   readonly pruneText: Record<PruneTarget, string>;
+  readonly inFlightPendingText: string;
+  readonly markBySeqText: string;
+  readonly lanesTable?: string;
+  readonly lanes?: LaneStore;
   readonly channel: string;
   /** unless DATABASE_PREPARE=false (PgBouncer, RDS Proxy) */
   readonly prepared: { prepare: boolean };
@@ -65,7 +73,7 @@ export class OutboxStore implements Store, BatchStatements, SideStatements {
     readonly sql: Sql,
     table: TableName,
     policy: ParkedPolicy,
-    { prepare = true, sentRows = 'keep', claimBytes = {}, columns = [], columnNames = [] }: StoreOptions = {},
+    { prepare = true, sentRows = 'keep', claimBytes = {}, columns = [], columnNames = [], lanes = false }: StoreOptions = {},
   ) {
     this.prepared = { prepare };
     this.claimBytes = { ...DEFAULT_CLAIM_BYTES, ...claimBytes };
@@ -88,8 +96,22 @@ export class OutboxStore implements Store, BatchStatements, SideStatements {
     this.channel = notifyChannel(table);
     this.partitionsFn = `${render('{{partitions_fn}}', table)}(bigint)`;
     this.maintainText = q.maintainPartitionsSql(render('{{partitions_fn}}', table));
+    this.inFlightPendingText = q.inFlightPendingSql(this.table);
+    this.markBySeqText = sentRows === 'delete' ? q.deleteSentSql(this.table, 'seq') : q.moveSentSql(this.table, this.sentTable, 'seq');
     this.client = new Connections(sql);
     this.side = new SideTransactions(this.client, this);
+    if (lanes) {
+      this.lanesTable = qualified(lanesTable(table));
+      const leases = new LaneLeases(this.client, laneStatements(this.lanesTable), this.prepared);
+      const side = this.side;
+      this.lanes = {
+        lease: (holder, leaseMs, deadline) => leases.lease(holder, leaseMs, deadline),
+        record: (lease, seqs, deadline) => leases.record(lease, seqs, deadline),
+        settlement: (lease, batchNo) => leases.settlement(lease, batchNo),
+        settleUnsettled: (lease, committed, deadline) => side.settleLane(lease, committed, leases.settlement(lease, lease.unsettled!.batchNo), deadline),
+        release: (lease, deadline) => leases.release(lease, deadline),
+      };
+    }
   }
 
   get poisoned(): boolean {
@@ -114,7 +136,7 @@ export class OutboxStore implements Store, BatchStatements, SideStatements {
   }
 
   claimStatement(limit: number, filter: ClaimFilter): q.Statement {
-    return q.claimStatement(this.table, this.policy, limit, filter, this.table, this.claimBytes, this.claimColumns);
+    return q.claimStatement(this.table, this.policy, limit, filter, this.table, this.claimBytes, this.claimColumns, this.lanesTable);
   }
 
   /** `after`: the new transaction runs behind that COMMIT on its connection, so its claim sees that batch sent. */

@@ -5,30 +5,10 @@
 // one left open; read_committed must see the committed records only (and stop at the open
 // transaction), read_uncommitted every record. Runs once: no relay, no client of the relay's.
 import assert from 'node:assert/strict';
-import { execFile, spawnSync } from 'node:child_process';
-import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { promisify } from 'node:util';
 import type { Producer } from 'kafkajs';
-import { KAFKA_BROKERS, ROOT, createTopics, kafka, uniqueName } from './helpers.ts';
-
-const run = promisify(execFile);
-
-/** The wrapper's path, installed if the machine has none yet (a stamp check once cached). */
-function kcatPath(): string {
-  const r = spawnSync('bash', [join(ROOT, 'scripts', 'services', 'kcat.sh')], { cwd: ROOT, encoding: 'utf8', timeout: 300_000 });
-  if (r.status !== 0) throw new Error(`scripts/services/kcat.sh failed (${r.status ?? r.signal}):\n${r.stderr}`);
-  return r.stdout.trim().split('\n').at(-1)!;
-}
-
-type Isolation = 'read_committed' | 'read_uncommitted';
-
-/** Every record of the topic's partition 0 kcat can see at this isolation level, as "key=value". */
-async function kcatRead(kcat: string, topic: string, isolation: Isolation): Promise<string[]> {
-  // -e: exit at the partition's end, which under read_committed is the last stable offset
-  const { stdout } = await run(kcat, ['-C', '-b', KAFKA_BROKERS.split(',')[0]!, '-t', topic, '-p', '0', '-o', 'beginning', '-e', '-q', '-f', '%k=%s\\n', '-X', `isolation.level=${isolation}`], { timeout: 30_000 });
-  return stdout.split('\n').filter((l) => l !== '');
-}
+import { createTopics, kafka, uniqueName } from './helpers.ts';
+import { kcatPath, kcatRead } from './kcat.ts';
 
 function transactional(id: string): Producer {
   return kafka.producer({ transactionalId: id, idempotent: true, maxInFlightRequests: 1 });

@@ -242,7 +242,6 @@ describe('packaged for AWS (stage prod, default parameters)', () => {
       KAFKA_SECRET_ID: KAFKA_SECRET,
       KAFKA_AUTH: '', // unset for the relay: sasl, since a secret is given
       KAFKA_SSL: 'true',
-      KAFKA_SSL_REJECT_UNAUTHORIZED: 'true',
       OUTBOX_KAFKA_CLIENT: 'kafkajs',
       OUTBOX_COMPRESSION: 'none',
       OUTBOX_FANOUT_MAX: '1',
@@ -261,6 +260,7 @@ describe('packaged for AWS (stage prod, default parameters)', () => {
       OUTBOX_RETAIN_SENT_MS: '86400000',
       OUTBOX_RETAIN_SKIPPED_MS: '2592000000',
       OUTBOX_IDLE: 'exit',
+      OUTBOX_DELIVERY: 'at-least-once',
       POWERTOOLS_LOG_LEVEL: 'info',
       OUTBOX_TRACING: 'false',
       POWERTOOLS_SERVICE_NAME: 'outbox-relay',

@@ -161,7 +161,7 @@ describe('loadConfig: every variable, its default and its bounds', () => {
       DATABASE_SSL: 'VERIFY-FULL',
       OUTBOX_CLIENT_ID: 'orders-relay',
       KAFKA_SECRET_ID: 'outbox/kafka',
-      KAFKA_SSL_REJECT_UNAUTHORIZED: 'false',
+      KAFKA_SSL: 'no-verify',
       OUTBOX_COMPRESSION: 'gzip',
       OUTBOX_KAFKA_CLIENT: 'Platformatic',
       OUTBOX_SAFETY_MARGIN_MS: '1500',

@@ -165,7 +165,7 @@ describe('transport: TLS and SASL to Kafka', () => {
   });
 
   it('warns when TLS checks no broker certificate', () => {
-    assert.match(kafkaTlsWarning({ ssl: true, sslRejectUnauthorized: false }) ?? '', /^KAFKA_SSL_REJECT_UNAUTHORIZED=false: the brokers' certificates are not checked/);
+    assert.match(kafkaTlsWarning({ ssl: true, sslRejectUnauthorized: false }) ?? '', /^KAFKA_SSL=no-verify: the brokers' certificates are not checked/);
     assert.equal(kafkaTlsWarning({ ssl: true, sslRejectUnauthorized: true }), undefined);
     assert.equal(kafkaTlsWarning({ ssl: false, sslRejectUnauthorized: false }), undefined, 'nothing to check without TLS');
   });
@@ -228,15 +228,15 @@ describe('transport: the Runtime applies the rules', () => {
     }
   });
 
-  it('warns at start: KAFKA_SSL_REJECT_UNAUTHORIZED=false when the Runtime is built, DATABASE_SSL=require when the database is first reached; each once', async () => {
+  it('warns at start: KAFKA_SSL=no-verify when the Runtime is built, DATABASE_SSL=require when the database is first reached; each once', async () => {
     const { lines, logger } = capture();
-    const rt = new Runtime(loadConfig({ ...local, DATABASE_URL: 'postgres://u:p@127.0.0.1:1/db', DATABASE_SSL: 'require', KAFKA_SSL: 'true', KAFKA_SSL_REJECT_UNAUTHORIZED: 'false' }), logger);
+    const rt = new Runtime(loadConfig({ ...local, DATABASE_URL: 'postgres://u:p@127.0.0.1:1/db', DATABASE_SSL: 'require', KAFKA_SSL: 'no-verify' }), logger);
     try {
       const warnings = () => lines.filter((l) => l.level === 'WARN').map((l) => String(l.message));
-      assert.deepEqual(warnings().map((m) => m.split(':')[0]), ['KAFKA_SSL_REJECT_UNAUTHORIZED=false']);
+      assert.deepEqual(warnings().map((m) => m.split(':')[0]), ['KAFKA_SSL=no-verify']);
       await assert.rejects(rt.database());
       await assert.rejects(rt.database());
-      assert.deepEqual(warnings().map((m) => m.split(' ')[0]), ['KAFKA_SSL_REJECT_UNAUTHORIZED=false:', 'DATABASE_SSL=require']);
+      assert.deepEqual(warnings().map((m) => m.split(' ')[0]), ['KAFKA_SSL=no-verify:', 'DATABASE_SSL=require']);
     } finally {
       await rt.close();
     }

@@ -1,0 +1,166 @@
+// services: postgres, kafka
+// Exactly-once delivery (OUTBOX_DELIVERY=exactly-once, docs/DESIGN.md, "Exactly-once delivery (opt-in)"), read back by kcat
+// with isolation.level=read_committed (test/integration/kcat.ts): every row once, in order per
+// aggregate, whatever window an invocation dies or freezes in. kafkajs only, so far: the mode
+// refuses the other client (config/load.ts), and this file runs once.
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { lanesTable, qualified } from '../../src/outbox/identifier.ts';
+import { parseTableName } from '../../src/outbox/identifier.ts';
+import { counts, db, fixture, insertEvents, runCli, seqsById, startCli, type EventSpec, type Fixture } from './helpers.ts';
+import { kcatPath, kcatRead, type Isolation } from './kcat.ts';
+
+const sql = db();
+let kcat = '';
+
+before(() => {
+  kcat = kcatPath();
+});
+after(async () => {
+  await sql.end();
+});
+
+const EXACTLY_ONCE = { OUTBOX_DELIVERY: 'exactly-once', OUTBOX_KAFKA_CLIENT: 'kafkajs', OUTBOX_BATCH_SIZE: '20' };
+const WINDOWS = {
+  publish: 'after the acks, before the record',
+  'kafka-commit': 'between the Kafka commit and the marks',
+  committed: 'after both commits, unreleased',
+} as const;
+
+// the invocation that dies: its lease lasts its timeout and 2 s more
+const DYING_TIMEOUT_MS = 6_000;
+
+function lanes(f: Fixture): string {
+  return qualified(lanesTable(parseTableName(f.table)));
+}
+
+async function rows(f: Fixture, n: number, aggregates = 10): Promise<string[]> {
+  const events: EventSpec[] = Array.from({ length: n }, (_, i) => ({ aggregateid: `agg-${i % aggregates}`, payload: { i } }));
+  return insertEvents(sql, f.table, events);
+}
+
+/** The row ids kcat reads, in partition-then-offset order (an aggregate is one partition). */
+async function read(f: Fixture, isolation: Isolation): Promise<Array<{ partition: number; id: string }>> {
+  const lines = await kcatRead(kcat, f.topic('order'), isolation, '%p %o %h\\n');
+  return lines
+    .map((l) => {
+      const [partition, offset, headers = ''] = l.split(' ');
+      return { partition: Number(partition), offset: Number(offset), id: /(?:^|,)id=([0-9a-f-]{36})/.exec(headers)?.[1] ?? '' };
+    })
+    .sort((a, b) => a.partition - b.partition || a.offset - b.offset);
+}
+
+/** read_committed: each row once, under its own id, each aggregate's rows in seq order. */
+async function assertExactlyOnce(f: Fixture, ids: string[]): Promise<void> {
+  const seen = await read(f, 'read_committed');
+  const copies = new Map<string, number>();
+  for (const { id } of seen) copies.set(id, (copies.get(id) ?? 0) + 1);
+  const twice = [...copies].filter(([, n]) => n > 1);
+  assert.deepEqual(twice, [], `${twice.length} rows seen more than once by a read_committed reader`);
+  assert.deepEqual(new Set(copies.keys()), new Set(ids), `every row, and only those: ${seen.length} read, ${ids.length} written`);
+  const seqs = await seqsById(sql, f.table);
+  const last = new Map<string, number>();
+  const aggregateOf = new Map((await sql.unsafe<{ id: string; aggregateid: string }[]>(`SELECT id::text, aggregateid FROM ${qualified(parseTableName(f.table))} UNION ALL SELECT id::text, aggregateid FROM ${qualified(parseTableName(f.table + '_sent'))}`)).map((r) => [r.id, r.aggregateid]));
+  for (const { id } of seen) {
+    const agg = aggregateOf.get(id)!;
+    const seq = seqs.get(id)!;
+    assert.ok((last.get(agg) ?? -1) < seq, `aggregate ${agg} out of order at seq ${seq}`);
+    last.set(agg, seq);
+  }
+}
+
+/** Invocations until nothing is pending (each may find its rows held by a lane still leased). */
+async function drain(f: Fixture): Promise<string> {
+  let stderr = '';
+  for (let i = 0; i < 10 && (await counts(sql, f.table)).pending > 0; i++) {
+    const res = await runCli(['invoke', '--timeout', '10000'], { ...f.env, ...EXACTLY_ONCE });
+    assert.equal(res.code, 0, res.stderr);
+    stderr += res.stderr;
+  }
+  assert.equal((await counts(sql, f.table)).pending, 0, `not drained:\n${stderr}`);
+  return stderr;
+}
+
+/** Until every lease a dead or frozen invocation left has run out. */
+async function leasesRunOut(f: Fixture): Promise<void> {
+  const [row] = await sql.unsafe<{ wait_ms: number }[]>(`SELECT coalesce(extract(epoch FROM max(lease_until) - now()) * 1000, 0)::int AS wait_ms FROM ${lanes(f)} WHERE lease_until > now()`);
+  await new Promise((r) => setTimeout(r, (row?.wait_ms ?? 0) + 200));
+}
+
+async function unsettled(f: Fixture): Promise<number> {
+  const [row] = await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${lanes(f)} WHERE in_flight IS NOT NULL`);
+  return row!.n;
+}
+
+describe('exactly-once delivery, read back by kcat read_committed', () => {
+  it('invocations in a row: every row once, in order per aggregate; each lane released, nothing in flight', async () => {
+    const f = await fixture(sql, 'eos_plain');
+    const ids = await rows(f, 120);
+    const first = await runCli(['invoke', '--timeout', '20000'], { ...f.env, ...EXACTLY_ONCE });
+    assert.equal(first.code, 0, first.stderr);
+    assert.equal(first.summary?.published, 120, first.stderr);
+    const more = await rows(f, 30);
+    const second = await runCli(['invoke', '--timeout', '20000'], { ...f.env, ...EXACTLY_ONCE });
+    assert.equal(second.summary?.published, 30, second.stderr);
+    const held = await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${lanes(f)} WHERE holder IS NOT NULL OR in_flight IS NOT NULL`);
+    assert.equal(held[0]!.n, 0, 'every lane released, nothing in flight');
+    await assertExactlyOnce(f, [...ids, ...more]);
+    // no batch was aborted: a read_uncommitted reader sees the same records
+    assert.equal((await read(f, 'read_uncommitted')).length, 150);
+  });
+
+  for (const window of ['publish', 'kafka-commit', 'committed'] as const) {
+    it(`kill -9 ${WINDOWS[window]}: each row once, in order`, async () => {
+      const f = await fixture(sql, `eos_kill_${window.replace('-', '_')}`);
+      const ids = await rows(f, 100);
+      const dying = startCli(['invoke', '--timeout', String(DYING_TIMEOUT_MS)], {
+        ...f.env,
+        ...EXACTLY_ONCE,
+        OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS: '60000',
+        OUTBOX_TEST_PAUSE_AT: window,
+      });
+      await dying.waitForStderr('test hook: pausing after publish');
+      dying.child.kill('SIGKILL');
+      assert.equal((await dying.result).signal, 'SIGKILL');
+      assert.equal(await unsettled(f), window === 'publish' || window === 'committed' ? 0 : 1, 'the batch is on record from before its Kafka commit until its marks');
+
+      // the others are sent at once by another lane; the dead lane's rows wait for its lease
+      await drain(f).catch(() => undefined);
+      await leasesRunOut(f);
+      const stderr = await drain(f).then(async (s) => s + (await runCli(['invoke', '--timeout', '10000'], { ...f.env, ...EXACTLY_ONCE })).stderr);
+      if (window === 'kafka-commit') assert.match(stderr, /its rows are marked sent, not sent again/);
+      assert.equal(await unsettled(f), 0);
+      await assertExactlyOnce(f, ids);
+      if (window === 'publish') {
+        // the dead invocation's batch was written, and aborted when its lane's next holder fenced it
+        assert.ok((await read(f, 'read_uncommitted')).length > ids.length, 'a read_uncommitted reader sees the aborted batch too');
+      }
+    });
+  }
+
+  for (const window of ['publish', 'kafka-commit'] as const) {
+    it(`a zombie (SIGSTOP ${WINDOWS[window]}) past its lease: its rows once, by the lane's next holder; resumed, it commits nothing`, async () => {
+      const f = await fixture(sql, `eos_zombie_${window.replace('-', '_')}`);
+      const ids = await rows(f, 20);
+      const zombie = startCli(['invoke', '--timeout', String(DYING_TIMEOUT_MS)], {
+        ...f.env,
+        ...EXACTLY_ONCE,
+        OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS: '1000',
+        OUTBOX_TEST_PAUSE_AT: window,
+      });
+      await zombie.waitForStderr('test hook: pausing after publish');
+      zombie.child.kill('SIGSTOP');
+      try {
+        await leasesRunOut(f);
+        const stderr = await drain(f);
+        if (window === 'kafka-commit') assert.match(stderr, /its rows are marked sent, not sent again/);
+      } finally {
+        zombie.child.kill('SIGCONT');
+      }
+      const resumed = await zombie.result;
+      assert.notEqual(resumed.code, 0, `the zombie must fail, not commit: ${resumed.stderr}`);
+      assert.deepEqual(await counts(sql, f.table), { total: 20, sent: 20, parked: 0, pending: 0 });
+      await assertExactlyOnce(f, ids);
+    });
+  }
+});
