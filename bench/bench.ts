@@ -25,7 +25,7 @@ import postgres from 'postgres';
 import { Deadline } from '../src/budget.ts';
 import { loadConfig } from '../src/config/load.ts';
 import { KAFKA_CLIENTS, type KafkaClientName } from '../src/config/types.ts';
-import { createPublisher, kafkaClient } from '../src/kafka/clients.ts';
+import { createLanePublisher, createPublisher, kafkaClient } from '../src/kafka/clients.ts';
 import { toMessage } from '../src/kafka/message.ts';
 import { createLogger } from '../src/log.ts';
 import { parseTableName, qualified } from '../src/outbox/identifier.ts';
@@ -262,17 +262,21 @@ async function result(name: string, events: number, start: number): Promise<Resu
 }
 
 /** `named`: named prepared statements (DATABASE_PREPARE=true, the default), or unnamed ones only */
-async function benchRelay(client: KafkaClientName, sentRows: 'keep' | 'delete', named = true): Promise<Result> {
-  const { table, template } = await prepare(`relay${sentRows}${client}${named ? '' : 'unnamed'}`);
-  const config = loadConfig({ ...env, OUTBOX_TABLE: table, OUTBOX_TOPIC_TEMPLATE: template, OUTBOX_SENT_ROWS: sentRows, OUTBOX_KAFKA_CLIENT: client });
-  const store = new OutboxStore(sql, config.outbox.table, config.outbox.parkedPolicy, { sentRows, prepare: named });
-  const publisher = createPublisher({ kafka: config.kafka, logger, maxMessageBytes: config.outbox.maxMessageBytes });
+/** `exactlyOnce`: OUTBOX_DELIVERY=exactly-once, each batch a Kafka transaction of a leased lane (its producer connects inside the measurement, as in every invocation of the mode). */
+async function benchRelay(client: KafkaClientName, sentRows: 'keep' | 'delete', named = true, exactlyOnce = false): Promise<Result> {
+  const { table, template } = await prepare(`relay${sentRows}${client}${named ? '' : 'unnamed'}${exactlyOnce ? 'eos' : ''}`);
+  const delivery = exactlyOnce ? 'exactly-once' : 'at-least-once';
+  const config = loadConfig({ ...env, OUTBOX_TABLE: table, OUTBOX_TOPIC_TEMPLATE: template, OUTBOX_SENT_ROWS: sentRows, OUTBOX_KAFKA_CLIENT: client, OUTBOX_DELIVERY: delivery });
+  const store = new OutboxStore(sql, config.outbox.table, config.outbox.parkedPolicy, { sentRows, prepare: named, lanes: exactlyOnce });
+  const options = { kafka: config.kafka, logger, maxMessageBytes: config.outbox.maxMessageBytes };
+  const publisher = createPublisher(options);
   // warm the producer and the topic metadata, as a warm Lambda container would be
   await publisher.publish([], new Deadline(Date.now() + 10_000));
   await publisher.maxMessageBytes(template, new Deadline(Date.now() + 10_000));
+  const lanes = store.lanes && { lanes: store.lanes, publisherFor: (lease: { transactionalId: string }, ms: number) => createLanePublisher(options, lease.transactionalId, ms), logger };
   const start = await startClock();
-  const summary = await runInvocation({ store, publisher, config: config.outbox, logger }, new Deadline(Date.now() + 600_000));
-  const r = await result(`relay ${client}, one invocation (${sentRows}${named ? '' : ', unnamed statements'})`, summary.published, start);
+  const summary = await runInvocation({ store, publisher, config: config.outbox, logger, ...(lanes ? { exactlyOnce: lanes } : {}) }, new Deadline(Date.now() + 600_000));
+  const r = await result(`relay ${client}, one invocation (${sentRows}${named ? '' : ', unnamed statements'}${exactlyOnce ? ', exactly-once' : ''})`, summary.published, start);
   const per = (ms: number) => (ms / summary.batches).toFixed(1);
   r.note = `${summary.batches} batches, ${summary.heldBack} rows held back; per batch waited: claim ${per(summary.waitedMs.claim)} ms, publish ${per(summary.waitedMs.publish)} ms, commit ${per(summary.waitedMs.commit)} ms`;
   await publisher.close();
@@ -438,6 +442,8 @@ async function main(): Promise<void> {
     ...perClient('relay', (c) => benchRelay(c, 'keep')),
     ['sqlDelete', () => benchSql(true, 'delete')],
     ...perClient('relayDelete', (c) => benchRelay(c, 'delete')),
+    // OUTBOX_DELIVERY=exactly-once, next to relay:kafkajs (the mode's only client so far)
+    ['relayEos:kafkajs', () => benchRelay('kafkajs', 'keep', true, true)],
     // the claim with rows waiting behind failed rows (bench/waiting.ts), next to sqlGuarded
     ['sqlWaitingParked', () => benchSql(true, 'keep', 'parked')],
     ['sqlWaitingBackoff', () => benchSql(true, 'keep', 'backoff')],
@@ -589,7 +595,7 @@ async function measureAll(
     const ceilingDelete = Math.min(producer.perSec, sqlDelete.perSec);
     return { client, producer, relay, relayDelete, ceiling, ratio: relay.perSec / ceiling, ceilingDelete, ratioDelete: relayDelete.perSec / ceilingDelete };
   });
-  const rows = [...byClient.flatMap((c) => [c.relay, c.producer]), sqlGuarded, sqlPlain, ...byClient.map((c) => c.relayDelete), sqlDelete, waitingParked, waitingBackoff];
+  const rows = [...byClient.flatMap((c) => [c.relay, c.producer]), m('relayEos:kafkajs'), sqlGuarded, sqlPlain, ...byClient.map((c) => c.relayDelete), sqlDelete, waitingParked, waitingBackoff];
   const guardCost = 1 - sqlGuarded.perSec / sqlPlain.perSec;
   printMedians(rows);
   // When Node, Postgres and the broker share this machine, the relay can go no faster than all
@@ -618,6 +624,13 @@ async function measureAll(
       cpuBoundEventsPerSec: cpuBound,
     };
   }
+  const eos = m('relayEos:kafkajs');
+  const alo = byClient.find((c) => c.client === 'kafkajs')!.relay;
+  const cpuPer1k = (x: typeof eos) => (x.cpu ? Math.round(((x.cpu.node + x.cpu.postgres + x.cpu.broker) * 1e6) / x.events) : undefined);
+  console.log(
+    `kafkajs, exactly-once (OUTBOX_DELIVERY): ${eos.perSec} events/s, ${(eos.perSec / alo.perSec).toFixed(2)} of at-least-once's ${alo.perSec}; CPU per 1,000 events (node+pg+broker) ${cpuPer1k(eos) ?? '?'} ms against ${cpuPer1k(alo) ?? '?'}`,
+  );
+  json.kafkajs = { ...json.kafkajs, relayExactlyOnceEventsPerSec: eos.perSec, exactlyOnceRatio: Number((eos.perSec / alo.perSec).toFixed(3)), relayExactlyOnceCpuMsPer1k: cpuPer1k(eos) };
   console.log(`the order guard costs ${(guardCost * 100).toFixed(1)}% of the unguarded claim+mark rate`);
   // goal: with 100,000 rows waiting behind failed rows, claims stay within 15% of the clean rate
   const waitingRatios = [waitingParked, waitingBackoff].map((w) => w.perSec / sqlGuarded.perSec);

@@ -26,6 +26,10 @@ interface ClientFigures {
   relayEventsPerSec: number;
   ratio: number;
   relayCpuMsPer1k?: number;
+  /** OUTBOX_DELIVERY=exactly-once in the same run (kafkajs) */
+  relayExactlyOnceEventsPerSec?: number;
+  exactlyOnceRatio?: number;
+  relayExactlyOnceCpuMsPer1k?: number;
 }
 interface PeerFigures {
   debeziumEventsPerSec?: number;
@@ -93,7 +97,8 @@ export function render(r: BenchRecord, recordPath: string, page: Page): string {
     const p = r.peer?.[name];
     const vs = p?.p3Keep === undefined ? '' : `, ${p.p3Keep.toFixed(2)}× Debezium's rate`;
     const cpu = c.relayCpuMsPer1k === undefined ? '' : `, ${n(c.relayCpuMsPer1k)} ms of CPU per 1,000 events${p?.debeziumCpuMsPer1k ? ` (Debezium ${n(p.debeziumCpuMsPer1k.total)})` : ''}`;
-    return `${name} ${n(c.relayEventsPerSec)} events/s (${c.ratio.toFixed(2)} of its ceiling${vs}${cpu})`;
+    const eos = c.relayExactlyOnceEventsPerSec === undefined ? '' : `; exactly-once ${n(c.relayExactlyOnceEventsPerSec)} events/s (${c.exactlyOnceRatio?.toFixed(2) ?? '?'} of at-least-once, ${c.relayExactlyOnceCpuMsPer1k === undefined ? '?' : n(c.relayExactlyOnceCpuMsPer1k)} ms)`;
+    return `${name} ${n(c.relayEventsPerSec)} events/s (${c.ratio.toFixed(2)} of its ceiling${vs}${cpu})${eos}`;
   });
   return `- **Throughput** (${run}; [the record](${link})): one invocation draining a backlog, keep mode, all parties' CPU counted: ${parts.join('; ')}. Rerun: \`npm run bench -- --peer debezium\` ([throughput.md](throughput.md), [debezium.md](debezium.md)).\n`;
 }

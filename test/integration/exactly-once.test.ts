@@ -7,17 +7,22 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { lanesTable, qualified } from '../../src/outbox/identifier.ts';
 import { parseTableName } from '../../src/outbox/identifier.ts';
-import { counts, db, fixture, insertEvents, runCli, seqsById, startCli, type EventSpec, type Fixture } from './helpers.ts';
+import { Deadline } from '../../src/budget.ts';
+import { loadConfig } from '../../src/config/load.ts';
+import { Runtime } from '../../src/lambda/runtime.ts';
+import { createLogger } from '../../src/log.ts';
+import { ADMIN_DATABASE_URL, counts, db, fixture, insertEvents, runCli, seqsById, startCli, terminateBackends, uniqueName, type EventSpec, type Fixture } from './helpers.ts';
 import { kcatPath, kcatRead, type Isolation } from './kcat.ts';
 
 const sql = db();
+const admin = db(ADMIN_DATABASE_URL);
 let kcat = '';
 
 before(() => {
   kcat = kcatPath();
 });
 after(async () => {
-  await sql.end();
+  await Promise.all([sql.end(), admin.end()]);
 });
 
 const EXACTLY_ONCE = { OUTBOX_DELIVERY: 'exactly-once', OUTBOX_KAFKA_CLIENT: 'kafkajs', OUTBOX_BATCH_SIZE: '20' };
@@ -163,4 +168,44 @@ describe('exactly-once delivery, read back by kcat read_committed', () => {
       await assertExactlyOnce(f, ids);
     });
   }
+
+  it("the relay's backends terminated between the Kafka commit and the marks: the invocation fails, the batch stays on record, and the lane's next holder marks it, sending nothing again", async () => {
+    const f = await fixture(sql, 'eos_terminated');
+    const ids = await rows(f, 40);
+    const appName = uniqueName('eos-terminated');
+    const dying = startCli(['invoke', '--timeout', String(DYING_TIMEOUT_MS)], {
+      ...f.env,
+      ...EXACTLY_ONCE,
+      OUTBOX_CLIENT_ID: appName,
+      OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS: '1500',
+      OUTBOX_TEST_PAUSE_AT: 'kafka-commit',
+    });
+    await dying.waitForStderr('test hook: pausing after publish');
+    assert.ok((await terminateBackends(admin, { applicationName: appName })) > 0, 'the relay had backends to terminate');
+    const failed = await dying.result;
+    assert.notEqual(failed.code, 0, failed.stderr);
+    assert.equal(await unsettled(f), 1, 'the committed batch stays on record');
+    await leasesRunOut(f);
+    assert.match(await drain(f), /its rows are marked sent, not sent again/);
+    assert.equal(await unsettled(f), 0);
+    await assertExactlyOnce(f, ids);
+  });
+
+  it('a warm container (one Runtime, several invocations): each leases a lane, settles and releases it; every row once', async () => {
+    const f = await fixture(sql, 'eos_warm');
+    const rt = new Runtime(loadConfig({ ...f.env, ...EXACTLY_ONCE, OUTBOX_LOG_LEVEL: 'warn' }), createLogger('warn'));
+    try {
+      const ids: string[] = [];
+      for (let i = 0; i < 3; i++) {
+        ids.push(...(await rows(f, 25)));
+        const summary = await rt.invokeUntil(new Deadline(Date.now() + 15_000));
+        assert.equal(summary.published, 25, JSON.stringify(summary));
+        const [held] = await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${lanes(f)} WHERE holder IS NOT NULL OR in_flight IS NOT NULL`);
+        assert.equal(held!.n, 0, `invocation ${i + 1} released its lane`);
+      }
+      await assertExactlyOnce(f, ids);
+    } finally {
+      await rt.close();
+    }
+  });
 });
