@@ -2,7 +2,7 @@
 // producer, acks=all, one request in flight per broker (kafkajs does not enforce
 // maxInFlightRequests=1 for idempotent producers, and without it a retried request can land
 // behind a later one and reorder an aggregate), the Java client's partitioner.
-import kafkajs, { CompressionTypes, Kafka, logLevel as KafkaLogLevel, Partitioners, type Admin, type KafkaConfig, type Mechanism, type Producer, type ProducerRecord, type SASLOptions } from 'kafkajs';
+import kafkajs, { CompressionTypes, Kafka, logLevel as KafkaLogLevel, Partitioners, type Admin, type KafkaConfig, type Mechanism, type Producer, type ProducerConfig, type ProducerRecord, type SASLOptions } from 'kafkajs';
 import type { KafkaLogin } from '../domain.ts';
 import type { Logger } from '../log.ts';
 import type { OutboundMessage } from '../loop/ports.ts';
@@ -24,29 +24,20 @@ export class KafkajsClient implements KafkaClient, TransactionalKafkaClient {
   ) {}
 
   async connect(login: KafkaLogin | undefined): Promise<ClientProducer> {
-    const kafka = new Kafka(this.config(login));
-    const producer = kafka.producer({
-      idempotent: true,
-      maxInFlightRequests: 1,
-      allowAutoTopicCreation: false,
-      createPartitioner: Partitioners.DefaultPartitioner,
-      retry: RETRY,
-    });
-    try {
-      await producer.connect();
-    } catch (err) {
-      await producer.disconnect().catch(() => undefined);
-      throw err;
-    }
-    return new KafkajsProducer(producer, kafka.admin(), this.compression());
+    const { producer, admin } = await this.connected(login, {});
+    return new KafkajsProducer(producer, admin, this.compression());
   }
 
   /** Exactly-once delivery's producer: kafkajs initialises its transactional id at the first transaction(), which fences. */
   async connectTransactional(login: KafkaLogin | undefined, transactionalId: string, transactionTimeoutMs: number): Promise<TransactionalClientProducer> {
+    const { producer, admin } = await this.connected(login, { transactionalId, transactionTimeout: transactionTimeoutMs });
+    return new KafkajsTransactionalProducer(producer, admin, this.compression());
+  }
+
+  private async connected(login: KafkaLogin | undefined, transactional: Pick<ProducerConfig, 'transactionalId' | 'transactionTimeout'>): Promise<{ producer: Producer; admin: Admin }> {
     const kafka = new Kafka(this.config(login));
     const producer = kafka.producer({
-      transactionalId,
-      transactionTimeout: transactionTimeoutMs,
+      ...transactional,
       idempotent: true,
       maxInFlightRequests: 1,
       allowAutoTopicCreation: false,
@@ -59,7 +50,7 @@ export class KafkajsClient implements KafkaClient, TransactionalKafkaClient {
       await producer.disconnect().catch(() => undefined);
       throw err;
     }
-    return new KafkajsTransactionalProducer(producer, kafka.admin(), this.compression());
+    return { producer, admin: kafka.admin() };
   }
 
   private compression(): CompressionTypes {

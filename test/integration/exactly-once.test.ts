@@ -74,15 +74,18 @@ async function assertExactlyOnce(f: Fixture, ids: string[]): Promise<void> {
   }
 }
 
-/** Invocations until nothing is pending (each may find its rows held by a lane still leased). */
-async function drain(f: Fixture): Promise<string> {
+/**
+ * Invocations until nothing is pending, or `tries` of them (rows on record wait for their lane's
+ * lease); their stderr, all of it: a lane may be settled by any of them.
+ */
+async function drain(f: Fixture, { tries = 10, mustDrain = true } = {}): Promise<string> {
   let stderr = '';
-  for (let i = 0; i < 10 && (await counts(sql, f.table)).pending > 0; i++) {
+  for (let i = 0; i < tries && (await counts(sql, f.table)).pending > 0; i++) {
     const res = await runCli(['invoke', '--timeout', '10000'], { ...f.env, ...EXACTLY_ONCE });
     assert.equal(res.code, 0, res.stderr);
     stderr += res.stderr;
   }
-  assert.equal((await counts(sql, f.table)).pending, 0, `not drained:\n${stderr}`);
+  if (mustDrain) assert.equal((await counts(sql, f.table)).pending, 0, `not drained:\n${stderr}`);
   return stderr;
 }
 
@@ -130,9 +133,11 @@ describe('exactly-once delivery, read back by kcat read_committed', () => {
       assert.equal(await unsettled(f), window === 'publish' || window === 'committed' ? 0 : 1, 'the batch is on record from before its Kafka commit until its marks');
 
       // the others are sent at once by another lane; the dead lane's rows wait for its lease
-      await drain(f).catch(() => undefined);
+      let stderr = await drain(f, { tries: 2, mustDrain: false });
       await leasesRunOut(f);
-      const stderr = await drain(f).then(async (s) => s + (await runCli(['invoke', '--timeout', '10000'], { ...f.env, ...EXACTLY_ONCE })).stderr);
+      stderr += await drain(f);
+      // the dead lane leased again (first: it was never released), so fenced, whatever is left
+      stderr += (await runCli(['invoke', '--timeout', '10000'], { ...f.env, ...EXACTLY_ONCE })).stderr;
       if (window === 'kafka-commit') assert.match(stderr, /its rows are marked sent, not sent again/);
       assert.equal(await unsettled(f), 0);
       await assertExactlyOnce(f, ids);
