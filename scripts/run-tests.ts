@@ -48,7 +48,7 @@ interface Job {
 /** The files whose relay does not depend on its Kafka client: the second client's pass leaves them out. */
 const CLIENT_INDEPENDENT = /\/(claim-plan|search-path|transactions|services\.smoke|services\.status|kafka-proxy|package|partitions|lambda-runtime|fanout|pooler|template-lint|deploy-local|kcat|exactly-once)\.test\.ts$/;
 /** The guarantee files, run a third time with every relay connecting through PgBouncer, each fixture's outbox partitioned. */
-const VIA_POOLER = /\/(relay|on-the-wire|row-rules|poison-rows|missing-topics|operator-commands|database-faults|secrets|broker-faults|publishing)\.test\.ts$/;
+const VIA_POOLER = /\/(relay|on-the-wire|row-rules|poison-rows|missing-topics|operator-commands|database-faults|secrets|broker-faults|publishing|exactly-once)\.test\.ts$/;
 
 /** test/integration/helpers.ts, VIA_TLS; Node reads NODE_EXTRA_CA_CERTS at start, for a test's in-process relays */
 const VIA_TLS = { TEST_VIA_TLS: '1', NODE_EXTRA_CA_CERTS: join(ROOT, '.cache', 'tls', 'ca.pem') };

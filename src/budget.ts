@@ -39,6 +39,13 @@ export const BUDGET = {
   fanoutBudgetMs: 1_000,
   fanoutMinMs: 100,
   edgeReserveMs: 500,
+  // exactly-once delivery (loop/lane.ts): a lane's lease outlasts its holder's Lambda timeout by
+  // this much (past it the holder is dead or paused); its Kafka transactions time out with the
+  // lease, at most at Kafka's default transaction.max.timeout.ms (a longer one is refused); an
+  // abort outside a send's deadline (the invocation ending) waits this long at most
+  laneLeasePastTimeoutMs: 2_000,
+  kafkaTransactionMaxMs: 900_000,
+  transactionAbortWaitMs: 2_000,
 } as const;
 
 // OUTBOX_SAFETY_MARGIN_MS's minimum: the worst failure runs a ROLLBACK's shortest grace past the

@@ -3,7 +3,7 @@
 // record (outbox/lanes.ts). It shares the records and their bounds with ProducerPublisher
 // (message.ts) and differs where a transaction makes it differ: a failed send aborts the whole
 // batch (nothing of it is acked), and the producer never outlives a failure, as there.
-import { Deadline } from '../budget.ts';
+import { BUDGET, Deadline } from '../budget.ts';
 import type { KafkaLogin, OutboxRow } from '../domain.ts';
 import { DeadlineExceededError, type MessageRejectedError, type RelayError } from '../errors.ts';
 import type { OutboundMessage, PublishOutcome, TransactionalPublisher } from '../loop/ports.ts';
@@ -33,8 +33,6 @@ export interface TransactionalKafkaClient {
 // broker default message.max.bytes, and the most record bytes one send carries (producer-publisher.ts)
 const BROKER_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588;
 const MAX_REQUEST_BYTES = 1_048_576;
-/** an abort outside a send's deadline (the invocation ending) waits this long at most */
-const ABORT_WAIT_MS = 2_000;
 
 export class LanePublisher implements TransactionalPublisher {
   private producer: Promise<TransactionalClientProducer> | undefined;
@@ -223,7 +221,7 @@ export class LanePublisher implements TransactionalPublisher {
   private async discard(tx: ClientTransaction, deadline?: Deadline): Promise<void> {
     if (this.open?.tx === tx) this.open = undefined;
     // a broker that does not answer the abort: the transaction times out on its own (transactionTimeoutMs)
-    const bound = deadline ?? new Deadline(Date.now() + ABORT_WAIT_MS);
+    const bound = deadline ?? new Deadline(Date.now() + BUDGET.transactionAbortWaitMs);
     await bound.race('aborting the Kafka transaction', tx.abort()).catch(() => undefined);
     this.drop();
   }

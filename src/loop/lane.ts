@@ -3,12 +3,9 @@
 // anything is sent, the new holder fences it (its producer's first transaction) and asks Kafka
 // whether that batch committed, then marks its rows sent or frees them.
 import { randomUUID } from 'node:crypto';
-import type { Deadline } from '../budget.ts';
+import { BUDGET, type Deadline } from '../budget.ts';
 import type { Logger } from '../log.ts';
 import type { LaneLease, LaneSettlement, LaneStore, TransactionalPublisher } from './ports.ts';
-
-// a lease outlives its holder's Lambda timeout by this much: past it, the holder is dead or paused
-const LEASE_PAST_TIMEOUT_MS = 2_000;
 
 export interface LaneDeps {
   lanes: LaneStore;
@@ -29,10 +26,10 @@ export class Lane {
    * invocation whatever it does; the lease and the Kafka transactions last that, and a little more.
    */
   static async lease(deps: LaneDeps, timeoutMs: number, deadline: Deadline): Promise<Lane | undefined> {
-    const leaseMs = timeoutMs + LEASE_PAST_TIMEOUT_MS;
+    const leaseMs = timeoutMs + BUDGET.laneLeasePastTimeoutMs;
     const lease = await deps.lanes.lease(randomUUID(), leaseMs, deadline);
     if (!lease) return undefined;
-    const lane = new Lane(deps, lease, deps.publisherFor(lease, leaseMs));
+    const lane = new Lane(deps, lease, deps.publisherFor(lease, Math.min(leaseMs, BUDGET.kafkaTransactionMaxMs)));
     try {
       if (lease.unsettled) await lane.settle(deadline);
       // its transaction left open would hold read_committed consumers back until it times out
