@@ -213,4 +213,33 @@ describe('exactly-once delivery, read back by kcat read_committed', () => {
       await rt.close();
     }
   });
+
+  it("a warm container whose invocation lost its database connections between the two commits: the same Runtime's next invocations reconnect, hold the rows behind that batch back, and settle it by marking once its lease runs out; every row once, in order", async () => {
+    const f = await fixture(sql, 'eos_warm_failed');
+    const ids = await rows(f, 40);
+    const appName = uniqueName('eos-warm-failed');
+    const logs: string[] = [];
+    const env = { ...f.env, ...EXACTLY_ONCE, OUTBOX_CLIENT_ID: appName, OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS: '1000', OUTBOX_TEST_PAUSE_AT: 'kafka-commit' };
+    const rt = new Runtime(loadConfig(env), createLogger('warn', {}, (l) => logs.push(JSON.stringify(l))));
+    try {
+      const first = rt.invokeUntil(new Deadline(Date.now() + DYING_TIMEOUT_MS));
+      for (let i = 0; i < 100 && !logs.some((l) => l.includes('test hook: pausing')); i++) await new Promise((r) => setTimeout(r, 50));
+      assert.ok((await terminateBackends(admin, { applicationName: appName })) > 0, 'the relay had backends to terminate');
+      await assert.rejects(first, 'the invocation whose connections were terminated fails');
+      assert.equal(await unsettled(f), 1, 'its batch, committed in Kafka, stays on record');
+
+      // another lane; every aggregate's later rows wait behind the rows on record (G4)
+      const second = await rt.invokeUntil(new Deadline(Date.now() + 15_000));
+      assert.deepEqual([second.published, second.heldBack], [0, 20], JSON.stringify(second));
+      await leasesRunOut(f);
+      const third = await rt.invokeUntil(new Deadline(Date.now() + 15_000));
+      assert.equal(third.published, 20, `the batch on record marked, then the rows behind it sent: ${JSON.stringify(third)}`);
+      assert.ok(logs.some((l) => l.includes('its rows are marked sent, not sent again')), 'the lane settled by marking');
+      assert.equal(await unsettled(f), 0);
+      assert.deepEqual(await counts(sql, f.table), { total: 40, sent: 40, parked: 0, pending: 0 });
+      await assertExactlyOnce(f, ids);
+    } finally {
+      await rt.close();
+    }
+  });
 });
