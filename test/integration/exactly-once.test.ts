@@ -11,7 +11,8 @@ import { Deadline } from '../../src/budget.ts';
 import { loadConfig } from '../../src/config/load.ts';
 import { Runtime } from '../../src/lambda/runtime.ts';
 import { createLogger } from '../../src/log.ts';
-import { ADMIN_DATABASE_URL, counts, db, fixture, insertEvents, runCli, seqsById, startCli, terminateBackends, uniqueName, type EventSpec, type Fixture } from './helpers.ts';
+import type { PauseWindow } from '../../src/config/types.ts';
+import { ADMIN_DATABASE_URL, counts, db, fixture, insertEvents, runCli, seqsById, startCli, terminateBackends, uniqueName, type EventSpec, type Fixture, type RunningCli } from './helpers.ts';
 import { kcatPath, kcatRead, type Isolation } from './kcat.ts';
 
 const sql = db();
@@ -95,6 +96,19 @@ async function leasesRunOut(f: Fixture): Promise<void> {
   await new Promise((r) => setTimeout(r, (row?.wait_ms ?? 0) + 200));
 }
 
+/** An invocation that pauses `pauseMs` at `window` once a batch is acked, and says so on stderr. */
+async function startPaused(f: Fixture, window: PauseWindow, pauseMs: number, env: Record<string, string> = {}): Promise<RunningCli> {
+  const running = startCli(['invoke', '--timeout', String(DYING_TIMEOUT_MS)], {
+    ...f.env,
+    ...EXACTLY_ONCE,
+    ...env,
+    OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS: String(pauseMs),
+    OUTBOX_TEST_PAUSE_AT: window,
+  });
+  await running.waitForStderr('test hook: pausing after publish');
+  return running;
+}
+
 async function unsettled(f: Fixture): Promise<number> {
   const [row] = await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${lanes(f)} WHERE in_flight IS NOT NULL`);
   return row!.n;
@@ -121,13 +135,7 @@ describe('exactly-once delivery, read back by kcat read_committed', () => {
     it(`kill -9 ${WINDOWS[window]}: each row once, in order`, async () => {
       const f = await fixture(sql, `eos_kill_${window.replace('-', '_')}`);
       const ids = await rows(f, 100);
-      const dying = startCli(['invoke', '--timeout', String(DYING_TIMEOUT_MS)], {
-        ...f.env,
-        ...EXACTLY_ONCE,
-        OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS: '60000',
-        OUTBOX_TEST_PAUSE_AT: window,
-      });
-      await dying.waitForStderr('test hook: pausing after publish');
+      const dying = await startPaused(f, window, 60_000);
       dying.child.kill('SIGKILL');
       assert.equal((await dying.result).signal, 'SIGKILL');
       assert.equal(await unsettled(f), window === 'publish' || window === 'committed' ? 0 : 1, 'the batch is on record from before its Kafka commit until its marks');
@@ -152,13 +160,7 @@ describe('exactly-once delivery, read back by kcat read_committed', () => {
     it(`a zombie (SIGSTOP ${WINDOWS[window]}) past its lease: its rows once, by the lane's next holder; resumed, it commits nothing`, async () => {
       const f = await fixture(sql, `eos_zombie_${window.replace('-', '_')}`);
       const ids = await rows(f, 20);
-      const zombie = startCli(['invoke', '--timeout', String(DYING_TIMEOUT_MS)], {
-        ...f.env,
-        ...EXACTLY_ONCE,
-        OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS: '1000',
-        OUTBOX_TEST_PAUSE_AT: window,
-      });
-      await zombie.waitForStderr('test hook: pausing after publish');
+      const zombie = await startPaused(f, window, 1_000);
       zombie.child.kill('SIGSTOP');
       try {
         await leasesRunOut(f);
@@ -178,14 +180,7 @@ describe('exactly-once delivery, read back by kcat read_committed', () => {
     const f = await fixture(sql, 'eos_terminated');
     const ids = await rows(f, 40);
     const appName = uniqueName('eos-terminated');
-    const dying = startCli(['invoke', '--timeout', String(DYING_TIMEOUT_MS)], {
-      ...f.env,
-      ...EXACTLY_ONCE,
-      OUTBOX_CLIENT_ID: appName,
-      OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS: '1500',
-      OUTBOX_TEST_PAUSE_AT: 'kafka-commit',
-    });
-    await dying.waitForStderr('test hook: pausing after publish');
+    const dying = await startPaused(f, 'kafka-commit', 1_500, { OUTBOX_CLIENT_ID: appName });
     assert.ok((await terminateBackends(admin, { applicationName: appName })) > 0, 'the relay had backends to terminate');
     const failed = await dying.result;
     assert.notEqual(failed.code, 0, failed.stderr);
@@ -241,5 +236,24 @@ describe('exactly-once delivery, read back by kcat read_committed', () => {
     } finally {
       await rt.close();
     }
+  });
+
+  it('three invocations at once, each on a lane of its own, beside a row the topic-prefix rule parks: every other row once, in order; the parked row holds its aggregate back (G4, G6)', async () => {
+    const f = await fixture(sql, 'eos_concurrent');
+    const ids = await rows(f, 600, 30);
+    const [poison] = await insertEvents(sql, f.table, [{ aggregateid: 'poisoned', topic: 'elsewhere.orders' }]);
+    const behind = await insertEvents(sql, f.table, [{ aggregateid: 'poisoned' }, { aggregateid: 'poisoned' }]);
+    // each batch pauses once committed, so the three overlap for seconds
+    const env = { ...f.env, ...EXACTLY_ONCE, OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS: '300', OUTBOX_TEST_PAUSE_AT: 'committed' };
+    const results = await Promise.all([0, 1, 2].map(() => runCli(['invoke', '--timeout', '30000'], env)));
+    for (const r of results) assert.equal(r.code, 0, r.stderr);
+    assert.equal(results.reduce((sum, r) => sum + Number(r.summary?.published ?? 0), 0), 600, JSON.stringify(results.map((r) => r.summary)));
+    const [used] = await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${lanes(f)} WHERE batch_no > 0`);
+    assert.ok(used!.n >= 2, `the invocations overlapped on lanes of their own: ${used!.n} lane(s) used`);
+    const [parked] = await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${qualified(parseTableName(f.table))} WHERE parked_at IS NOT NULL AND id = $1`, [poison!]);
+    assert.equal(parked!.n, 1, 'the row outside the topic prefix is parked');
+    assert.deepEqual(await counts(sql, f.table), { total: 603, sent: 600, parked: 1, pending: 2 }, `the two rows behind it wait (${behind.join(', ')})`);
+    assert.equal(await unsettled(f), 0);
+    await assertExactlyOnce(f, ids);
   });
 });
