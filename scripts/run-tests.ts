@@ -46,7 +46,7 @@ interface Job {
 }
 
 /** The files whose relay does not depend on its Kafka client: the second client's pass leaves them out. */
-const CLIENT_INDEPENDENT = /\/(claim-plan|search-path|transactions|services\.smoke|services\.status|kafka-proxy|package|partitions|lambda-runtime|fanout|pooler|template-lint|deploy-local|kcat|exactly-once)\.test\.ts$/;
+const CLIENT_INDEPENDENT = /\/(claim-plan|search-path|transactions|services\.smoke|services\.status|kafka-proxy|package|partitions|lambda-runtime|fanout|pooler|template-lint|deploy-local|kcat)\.test\.ts$/;
 /** The guarantee files, run a third time with every relay connecting through PgBouncer, each fixture's outbox partitioned. */
 const VIA_POOLER = /\/(relay|on-the-wire|row-rules|poison-rows|missing-topics|operator-commands|database-faults|secrets|broker-faults|publishing|exactly-once)\.test\.ts$/;
 

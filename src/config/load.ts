@@ -103,9 +103,6 @@ export function loadConfig(env: Env = process.env, { kafka = true }: { kafka?: b
     testPauseAt: TEST_HOOKS ? read.oneOf('OUTBOX_TEST_PAUSE_AT', PAUSE_WINDOWS, 'publish') : 'publish',
     awsCredentials: AWS_CREDENTIAL_VARIABLES.some((name) => read.str(name) !== undefined),
   };
-  if (config.outbox.delivery === 'exactly-once' && config.kafka.client !== 'kafkajs') {
-    read.problems.push('OUTBOX_DELIVERY=exactly-once works with OUTBOX_KAFKA_CLIENT=kafkajs only, so far: unset OUTBOX_KAFKA_CLIENT, or OUTBOX_DELIVERY (docs/DESIGN.md, "Exactly-once delivery (opt-in)")');
-  }
   if (read.problems.length) throw new ConfigError(read.problems);
   return config;
 }

@@ -12,7 +12,7 @@ import type { Logger } from '../log.ts';
 import { ProducerPublisher, type KafkaClient, type PublisherOptions } from './producer-publisher.ts';
 import { LanePublisher, type TransactionalKafkaClient } from './transactional.ts';
 
-type ClientLoader = (kafka: Config['kafka'], logger: Logger) => Promise<KafkaClient>;
+type ClientLoader = (kafka: Config['kafka'], logger: Logger) => Promise<KafkaClient & TransactionalKafkaClient>;
 
 /** Each client's module (a dynamic import: a chunk of its own in the bundle). */
 const CLIENT_MODULES = {
@@ -40,39 +40,22 @@ export function preloadKafkaClient(client: KafkaClientName): void {
  * import that fails is a KafkaClientLoadError (the invocation stops, no row is charged), and the
  * next connect tries again.
  */
-export function kafkaClient(kafka: Config['kafka'], logger: Logger, load: ClientLoader = CLIENT_LOADERS[kafka.client]): KafkaClient {
-  let loading: Promise<KafkaClient> | undefined;
+export function kafkaClient(kafka: Config['kafka'], logger: Logger, load: ClientLoader = CLIENT_LOADERS[kafka.client]): KafkaClient & TransactionalKafkaClient {
+  let loading: Promise<KafkaClient & TransactionalKafkaClient> | undefined;
+  const loaded = () =>
+    (loading ??= load(kafka, logger).catch((err: unknown) => {
+      loading = undefined;
+      throw new KafkaClientLoadError(kafka.client, err);
+    }));
   return {
-    async connect(login) {
-      loading ??= load(kafka, logger).catch((err: unknown) => {
-        loading = undefined;
-        throw new KafkaClientLoadError(kafka.client, err);
-      });
-      return (await loading).connect(login);
-    },
-  };
-}
-
-/** Exactly-once delivery's client: kafkajs so far (config/load.ts refuses the mode with another). */
-function transactionalClient(kafka: Config['kafka'], logger: Logger): TransactionalKafkaClient {
-  let loading: Promise<TransactionalKafkaClient> | undefined;
-  return {
-    async connectTransactional(login, transactionalId, transactionTimeoutMs) {
-      loading ??= CLIENT_MODULES.kafkajs().then(
-        (m) => new m.KafkajsClient(kafka, logger),
-        (err: unknown) => {
-          loading = undefined;
-          throw new KafkaClientLoadError('kafkajs', err);
-        },
-      );
-      return (await loading).connectTransactional(login, transactionalId, transactionTimeoutMs);
-    },
+    connect: async (login) => (await loaded()).connect(login),
+    connectTransactional: async (login, transactionalId, transactionTimeoutMs) => (await loaded()).connectTransactional(login, transactionalId, transactionTimeoutMs),
   };
 }
 
 /** A lane's publisher (OUTBOX_DELIVERY=exactly-once), its transactional id the lane's. */
 export function createLanePublisher(opts: PublisherOptions, transactionalId: string, transactionTimeoutMs: number): LanePublisher {
-  return new LanePublisher(opts, transactionalClient(opts.kafka, opts.logger), transactionalId, transactionTimeoutMs);
+  return new LanePublisher(opts, kafkaClient(opts.kafka, opts.logger), transactionalId, transactionTimeoutMs);
 }
 
 /** The Publisher of the configured client (`opts.kafka.client`). */

@@ -1,118 +1,25 @@
 // services: postgres, kafka
 // Exactly-once delivery (OUTBOX_DELIVERY=exactly-once, docs/DESIGN.md, "Exactly-once delivery (opt-in)"), read back by kcat
 // with isolation.level=read_committed (test/integration/kcat.ts): every row once, in order per
-// aggregate, whatever window an invocation dies or freezes in. kafkajs only, so far: the mode
-// refuses the other client (config/load.ts), and this file runs once.
+// aggregate, whatever window an invocation dies or freezes in. It runs with each Kafka client
+// (TEST_KAFKA_CLIENT), as the relay's other integration files do.
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
-import { lanesTable, qualified } from '../../src/outbox/identifier.ts';
-import { parseTableName } from '../../src/outbox/identifier.ts';
+import { after, describe, it } from 'node:test';
+import { parseTableName, qualified } from '../../src/outbox/identifier.ts';
 import { Deadline } from '../../src/budget.ts';
 import { loadConfig } from '../../src/config/load.ts';
 import { Runtime } from '../../src/lambda/runtime.ts';
 import { createLogger } from '../../src/log.ts';
-import type { PauseWindow } from '../../src/config/types.ts';
-import { ADMIN_DATABASE_URL, counts, db, fixture, insertEvents, runCli, seqsById, startCli, terminateBackends, uniqueName, type EventSpec, type Fixture, type RunningCli } from './helpers.ts';
-import { kcatPath, kcatRead, type Isolation } from './kcat.ts';
+import { ADMIN_DATABASE_URL, counts, db, fixture, insertEvents, runCli, terminateBackends, uniqueName } from './helpers.ts';
+import { DYING_TIMEOUT_MS, EXACTLY_ONCE, exactlyOnceKit, lanes, WINDOWS } from './exactly-once-kit.ts';
 
 const sql = db();
 const admin = db(ADMIN_DATABASE_URL);
-let kcat = '';
+const { rows, read, assertExactlyOnce, drain, leasesRunOut, startPaused, unsettled } = exactlyOnceKit(sql);
 
-before(() => {
-  kcat = kcatPath();
-});
 after(async () => {
   await Promise.all([sql.end(), admin.end()]);
 });
-
-const EXACTLY_ONCE = { OUTBOX_DELIVERY: 'exactly-once', OUTBOX_KAFKA_CLIENT: 'kafkajs', OUTBOX_BATCH_SIZE: '20' };
-const WINDOWS = {
-  publish: 'after the acks, before the record',
-  'kafka-commit': 'between the Kafka commit and the marks',
-  committed: 'after both commits, unreleased',
-} as const;
-
-// the invocation that dies: its lease lasts its timeout and 2 s more
-const DYING_TIMEOUT_MS = 6_000;
-
-function lanes(f: Fixture): string {
-  return qualified(lanesTable(parseTableName(f.table)));
-}
-
-async function rows(f: Fixture, n: number, aggregates = 10): Promise<string[]> {
-  const events: EventSpec[] = Array.from({ length: n }, (_, i) => ({ aggregateid: `agg-${i % aggregates}`, payload: { i } }));
-  return insertEvents(sql, f.table, events);
-}
-
-/** The row ids kcat reads, in partition-then-offset order (an aggregate is one partition). */
-async function read(f: Fixture, isolation: Isolation): Promise<Array<{ partition: number; id: string }>> {
-  const lines = await kcatRead(kcat, f.topic('order'), isolation, '%p %o %h\\n');
-  return lines
-    .map((l) => {
-      const [partition, offset, headers = ''] = l.split(' ');
-      return { partition: Number(partition), offset: Number(offset), id: /(?:^|,)id=([0-9a-f-]{36})/.exec(headers)?.[1] ?? '' };
-    })
-    .sort((a, b) => a.partition - b.partition || a.offset - b.offset);
-}
-
-/** read_committed: each row once, under its own id, each aggregate's rows in seq order. */
-async function assertExactlyOnce(f: Fixture, ids: string[]): Promise<void> {
-  const seen = await read(f, 'read_committed');
-  const copies = new Map<string, number>();
-  for (const { id } of seen) copies.set(id, (copies.get(id) ?? 0) + 1);
-  const twice = [...copies].filter(([, n]) => n > 1);
-  assert.deepEqual(twice, [], `${twice.length} rows seen more than once by a read_committed reader`);
-  assert.deepEqual(new Set(copies.keys()), new Set(ids), `every row, and only those: ${seen.length} read, ${ids.length} written`);
-  const seqs = await seqsById(sql, f.table);
-  const last = new Map<string, number>();
-  const aggregateOf = new Map((await sql.unsafe<{ id: string; aggregateid: string }[]>(`SELECT id::text, aggregateid FROM ${qualified(parseTableName(f.table))} UNION ALL SELECT id::text, aggregateid FROM ${qualified(parseTableName(f.table + '_sent'))}`)).map((r) => [r.id, r.aggregateid]));
-  for (const { id } of seen) {
-    const agg = aggregateOf.get(id)!;
-    const seq = seqs.get(id)!;
-    assert.ok((last.get(agg) ?? -1) < seq, `aggregate ${agg} out of order at seq ${seq}`);
-    last.set(agg, seq);
-  }
-}
-
-/**
- * Invocations until nothing is pending, or `tries` of them (rows on record wait for their lane's
- * lease); their stderr, all of it: a lane may be settled by any of them.
- */
-async function drain(f: Fixture, { tries = 10, mustDrain = true } = {}): Promise<string> {
-  let stderr = '';
-  for (let i = 0; i < tries && (await counts(sql, f.table)).pending > 0; i++) {
-    const res = await runCli(['invoke', '--timeout', '10000'], { ...f.env, ...EXACTLY_ONCE });
-    assert.equal(res.code, 0, res.stderr);
-    stderr += res.stderr;
-  }
-  if (mustDrain) assert.equal((await counts(sql, f.table)).pending, 0, `not drained:\n${stderr}`);
-  return stderr;
-}
-
-/** Until every lease a dead or frozen invocation left has run out. */
-async function leasesRunOut(f: Fixture): Promise<void> {
-  const [row] = await sql.unsafe<{ wait_ms: number }[]>(`SELECT coalesce(extract(epoch FROM max(lease_until) - now()) * 1000, 0)::int AS wait_ms FROM ${lanes(f)} WHERE lease_until > now()`);
-  await new Promise((r) => setTimeout(r, (row?.wait_ms ?? 0) + 200));
-}
-
-/** An invocation that pauses `pauseMs` at `window` once a batch is acked, and says so on stderr. */
-async function startPaused(f: Fixture, window: PauseWindow, pauseMs: number, env: Record<string, string> = {}): Promise<RunningCli> {
-  const running = startCli(['invoke', '--timeout', String(DYING_TIMEOUT_MS)], {
-    ...f.env,
-    ...EXACTLY_ONCE,
-    ...env,
-    OUTBOX_TEST_PAUSE_AFTER_PUBLISH_MS: String(pauseMs),
-    OUTBOX_TEST_PAUSE_AT: window,
-  });
-  await running.waitForStderr('test hook: pausing after publish');
-  return running;
-}
-
-async function unsettled(f: Fixture): Promise<number> {
-  const [row] = await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${lanes(f)} WHERE in_flight IS NOT NULL`);
-  return row!.n;
-}
 
 describe('exactly-once delivery, read back by kcat read_committed', () => {
   it('invocations in a row: every row once, in order per aggregate; each lane released, nothing in flight', async () => {
@@ -240,7 +147,9 @@ describe('exactly-once delivery, read back by kcat read_committed', () => {
 
   it('three invocations at once, each on a lane of its own, beside a row the topic-prefix rule parks: every other row once, in order; the parked row holds its aggregate back (G4, G6)', async () => {
     const f = await fixture(sql, 'eos_concurrent');
-    const ids = await rows(f, 600, 30);
+    // 200 aggregates: an invocation holds at most a few batches' heads (claimed ahead), so the
+    // others always find aggregates of their own to claim, whichever starts first
+    const ids = await rows(f, 600, 200);
     const [poison] = await insertEvents(sql, f.table, [{ aggregateid: 'poisoned', topic: 'elsewhere.orders' }]);
     const behind = await insertEvents(sql, f.table, [{ aggregateid: 'poisoned' }, { aggregateid: 'poisoned' }]);
     // each batch pauses once committed, so the three overlap for seconds
@@ -249,7 +158,7 @@ describe('exactly-once delivery, read back by kcat read_committed', () => {
     for (const r of results) assert.equal(r.code, 0, r.stderr);
     assert.equal(results.reduce((sum, r) => sum + Number(r.summary?.published ?? 0), 0), 600, JSON.stringify(results.map((r) => r.summary)));
     const [used] = await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${lanes(f)} WHERE batch_no > 0`);
-    assert.ok(used!.n >= 2, `the invocations overlapped on lanes of their own: ${used!.n} lane(s) used`);
+    assert.ok(used!.n >= 2, `the invocations overlapped on lanes of their own: ${used!.n} lane(s) used; ${JSON.stringify(results.map((r) => r.summary))}`);
     const [parked] = await sql.unsafe<{ n: number }[]>(`SELECT count(*)::int AS n FROM ${qualified(parseTableName(f.table))} WHERE parked_at IS NOT NULL AND id = $1`, [poison!]);
     assert.equal(parked!.n, 1, 'the row outside the topic prefix is parked');
     assert.deepEqual(await counts(sql, f.table), { total: 603, sent: 600, parked: 1, pending: 2 }, `the two rows behind it wait (${behind.join(', ')})`);

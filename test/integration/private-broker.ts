@@ -39,6 +39,8 @@ export interface PrivateBroker {
   start(): Promise<void>;
   /** SIGCONT, then waits until it answers again (KRaft fences a broker whose heartbeats stopped). */
   resume(): Promise<void>;
+  /** SIGKILL, resolved once the process is gone (so that start() starts it again at once). */
+  kill(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -128,6 +130,7 @@ export async function startPrivateBroker(options: { mskIam?: MskIamListener } = 
       'offsets.topic.num.partitions=3',
       'transaction.state.log.replication.factor=1',
       'transaction.state.log.min.isr=1',
+      'transaction.state.log.num.partitions=3',
       'share.coordinator.state.topic.replication.factor=1',
       'share.coordinator.state.topic.min.isr=1',
       'group.initial.rebalance.delay.ms=0',
@@ -184,13 +187,15 @@ export async function startPrivateBroker(options: { mskIam?: MskIamListener } = 
       if (alive()) process.kill(child!.pid!, 'SIGCONT');
       await ready();
     },
+    async kill() {
+      if (!alive()) return;
+      const exited = new Promise((r) => child!.once('exit', r));
+      process.kill(child!.pid!, 'SIGCONT');
+      process.kill(child!.pid!, 'SIGKILL');
+      await exited;
+    },
     async stop() {
-      if (alive()) {
-        const exited = new Promise((r) => child!.once('exit', r));
-        process.kill(child!.pid!, 'SIGCONT');
-        process.kill(child!.pid!, 'SIGKILL');
-        await exited;
-      }
+      await broker.kill();
       rmSync(dir, { recursive: true, force: true });
     },
   };

@@ -32,6 +32,7 @@ const EVERY_OPTION = [
   'databaseIamResourceId=db-ABCDEFGHIJKLMNOPQRSTUVWXY',
   'databaseIamUser=relay',
   'kafkaAuth=iam',
+  'delivery=exactly-once',
   `mskClusterArn=arn:aws:kafka:us-east-1:${ACCOUNT}:cluster/orders/0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d-2`,
   'topicPrefix=orders.events.',
   'tags=team=payments',

@@ -9,6 +9,7 @@ import { loadConfig } from '../../src/config/load.ts';
 import { KafkaClientLoadError } from '../../src/errors.ts';
 import { CLIENT_LOADERS, kafkaClient } from '../../src/kafka/clients.ts';
 import { ProducerPublisher, type ClientProducer, type KafkaClient } from '../../src/kafka/producer-publisher.ts';
+import type { TransactionalKafkaClient } from '../../src/kafka/transactional.ts';
 import { createLogger } from '../../src/log.ts';
 import type { OutboundMessage } from '../../src/loop/ports.ts';
 
@@ -21,7 +22,10 @@ const producer: ClientProducer = {
   topicConfig: () => Promise.resolve(undefined),
   close: () => Promise.resolve(),
 };
-const loadedClient: KafkaClient = { connect: () => Promise.resolve(producer) };
+const loadedClient: KafkaClient & TransactionalKafkaClient = {
+  connect: () => Promise.resolve(producer),
+  connectTransactional: () => Promise.reject(new Error('not used here')),
+};
 
 describe('the Kafka client is loaded on first use (src/kafka/clients.ts)', () => {
   it("the client's module is imported at the first connect, not before, and only once", async () => {

@@ -230,6 +230,8 @@ function condition(t: Resolved, name: string): boolean {
     const [fn, args] = Object.entries(c)[0] as [string, Json[]];
     if (fn === 'Fn::Not') return !ev(args[0]!);
     if (fn === 'Fn::Equals') return ev(args[0]!) === ev(args[1]!);
+    if (fn === 'Fn::And') return args.every((a) => ev(a) === true);
+    if (fn === 'Condition') return condition(t, args as unknown as string);
     return assert.fail(`unsupported condition function ${fn}`);
   };
   const v = ev(def);
@@ -237,9 +239,11 @@ function condition(t: Resolved, name: string): boolean {
   return v as boolean;
 }
 
-/** Resolves Fn::If (conditions evaluated), leaving every other intrinsic as it is. */
+const isNoValue = (v: Json): boolean => isObj(v) && v.Ref === 'AWS::NoValue';
+
+/** Resolves Fn::If (conditions evaluated; AWS::NoValue left out of lists), leaving every other intrinsic as it is. */
 function effective(t: Resolved, v: Json): Json {
-  if (Array.isArray(v)) return v.map((x) => effective(t, x));
+  if (Array.isArray(v)) return v.map((x) => effective(t, x)).filter((x) => !isNoValue(x));
   if (!isObj(v)) return v;
   if ('Fn::If' in v) {
     const [name, yes, no] = v['Fn::If'] as [string, Json, Json];
@@ -648,6 +652,20 @@ describe('serverless.yml: MSK IAM access control', () => {
     // the relay's own prefix for the same settings
     const env = Object.fromEntries(Object.entries(t.provider.environment).map(([k, v]) => [k, typeof v === 'string' || typeof v === 'number' ? String(v) : undefined]));
     assert.equal(loadConfig({ ...env, DATABASE_SECRET_ID: 'db', KAFKA_BROKERS: 'b-1.orders.kafka.eu-west-1.amazonaws.com:9098', AWS_REGION: 'eu-west-1' }).outbox.rowRules.topicPrefix, 'outbox.event.');
+  });
+
+  it("kafkaAuth=iam with delivery=exactly-once: also the lanes' transactional ids and consumer groups, and ReadData on the topics (the lane's offset names one); neither without iam", () => {
+    const t = deployed({ kafkaAuth: 'iam', mskClusterArn: CLUSTER, delivery: 'exactly-once' });
+    const [, topics, ids, groups, ...rest] = statements(t);
+    assert.equal(rest.length, 0);
+    assert.deepEqual(topics!.Action, ['kafka-cluster:WriteData', 'kafka-cluster:DescribeTopic', 'kafka-cluster:DescribeTopicDynamicConfiguration', 'kafka-cluster:ReadData']);
+    assert.deepEqual(ids!.Action, ['kafka-cluster:DescribeTransactionalId', 'kafka-cluster:AlterTransactionalId']);
+    assert.equal(evaluate(ids!.Resource!), 'arn:aws:kafka:eu-west-1:123456789012:transactional-id/orders/0b1c2d3e-aaaa-bbbb-cccc-1234567890ab-2/outbox-relay.lane-*');
+    assert.deepEqual(groups!.Action, ['kafka-cluster:DescribeGroup', 'kafka-cluster:AlterGroup']);
+    assert.equal(evaluate(groups!.Resource!), 'arn:aws:kafka:eu-west-1:123456789012:group/orders/0b1c2d3e-aaaa-bbbb-cccc-1234567890ab-2/outbox-relay.lane-*');
+    // the prefix the relay gives every lane's transactional id, which is also its group
+    assert.match(readFileSync(new URL('../../src/outbox/lanes.ts', import.meta.url), 'utf8'), /'outbox-relay\.lane-' \|\| n \|\|/);
+    assert.equal(exists(deployed({ delivery: 'exactly-once' }), 'RelayMskIamPolicy'), false);
   });
 
   it('kafkaAuth=iam with topicPrefix: the topics under that prefix', () => {
