@@ -442,8 +442,8 @@ async function main(): Promise<void> {
     ...perClient('relay', (c) => benchRelay(c, 'keep')),
     ['sqlDelete', () => benchSql(true, 'delete')],
     ...perClient('relayDelete', (c) => benchRelay(c, 'delete')),
-    // OUTBOX_DELIVERY=exactly-once, next to relay:kafkajs (the mode's only client so far)
-    ['relayEos:kafkajs', () => benchRelay('kafkajs', 'keep', true, true)],
+    // OUTBOX_DELIVERY=exactly-once, next to relay:<client>
+    ...perClient('relayEos', (c) => benchRelay(c, 'keep', true, true)),
     // the claim with rows waiting behind failed rows (bench/waiting.ts), next to sqlGuarded
     ['sqlWaitingParked', () => benchSql(true, 'keep', 'parked')],
     ['sqlWaitingBackoff', () => benchSql(true, 'keep', 'backoff')],
@@ -595,7 +595,7 @@ async function measureAll(
     const ceilingDelete = Math.min(producer.perSec, sqlDelete.perSec);
     return { client, producer, relay, relayDelete, ceiling, ratio: relay.perSec / ceiling, ceilingDelete, ratioDelete: relayDelete.perSec / ceilingDelete };
   });
-  const rows = [...byClient.flatMap((c) => [c.relay, c.producer]), m('relayEos:kafkajs'), sqlGuarded, sqlPlain, ...byClient.map((c) => c.relayDelete), sqlDelete, waitingParked, waitingBackoff];
+  const rows = [...byClient.flatMap((c) => [c.relay, c.producer, m(`relayEos:${c.client}`)]), sqlGuarded, sqlPlain, ...byClient.map((c) => c.relayDelete), sqlDelete, waitingParked, waitingBackoff];
   const guardCost = 1 - sqlGuarded.perSec / sqlPlain.perSec;
   printMedians(rows);
   // When Node, Postgres and the broker share this machine, the relay can go no faster than all
@@ -624,13 +624,14 @@ async function measureAll(
       cpuBoundEventsPerSec: cpuBound,
     };
   }
-  const eos = m('relayEos:kafkajs');
-  const alo = byClient.find((c) => c.client === 'kafkajs')!.relay;
-  const cpuPer1k = (x: typeof eos) => (x.cpu ? Math.round(((x.cpu.node + x.cpu.postgres + x.cpu.broker) * 1e6) / x.events) : undefined);
-  console.log(
-    `kafkajs, exactly-once (OUTBOX_DELIVERY): ${eos.perSec} events/s, ${(eos.perSec / alo.perSec).toFixed(2)} of at-least-once's ${alo.perSec}; CPU per 1,000 events (node+pg+broker) ${cpuPer1k(eos) ?? '?'} ms against ${cpuPer1k(alo) ?? '?'}`,
-  );
-  json.kafkajs = { ...json.kafkajs, relayExactlyOnceEventsPerSec: eos.perSec, exactlyOnceRatio: Number((eos.perSec / alo.perSec).toFixed(3)), relayExactlyOnceCpuMsPer1k: cpuPer1k(eos) };
+  const cpuPer1k = (x: ReturnType<typeof m>) => (x.cpu ? Math.round(((x.cpu.node + x.cpu.postgres + x.cpu.broker) * 1e6) / x.events) : undefined);
+  for (const { client, relay: alo } of byClient) {
+    const eos = m(`relayEos:${client}`);
+    console.log(
+      `${client}, exactly-once (OUTBOX_DELIVERY): ${eos.perSec} events/s, ${(eos.perSec / alo.perSec).toFixed(2)} of at-least-once's ${alo.perSec}; CPU per 1,000 events (node+pg+broker) ${cpuPer1k(eos) ?? '?'} ms against ${cpuPer1k(alo) ?? '?'}`,
+    );
+    json[client] = { ...json[client], relayExactlyOnceEventsPerSec: eos.perSec, exactlyOnceRatio: Number((eos.perSec / alo.perSec).toFixed(3)), relayExactlyOnceCpuMsPer1k: cpuPer1k(eos) };
+  }
   console.log(`the order guard costs ${(guardCost * 100).toFixed(1)}% of the unguarded claim+mark rate`);
   // goal: with 100,000 rows waiting behind failed rows, claims stay within 15% of the clean rate
   const waitingRatios = [waitingParked, waitingBackoff].map((w) => w.perSec / sqlGuarded.perSec);

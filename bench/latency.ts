@@ -1,5 +1,6 @@
-// Latency of an event, from its row's created_at to its append on the broker, in exit and linger
-// modes (`npm run bench:latency`). For each mode and rate:
+// Latency of an event, from its row's created_at to its append on the broker (and to its receipt by
+// a read_committed consumer), in exit, linger and exactly-once linger modes (`npm run
+// bench:latency`). For each mode and rate:
 //   - a fresh outbox table and a topic that stamps each record with the broker's append time
 //     (message.timestamp.type=LogAppendTime);
 //   - the application (bench/rate-producer-worker.ts): R events/s for T seconds, small
@@ -42,7 +43,7 @@ const { Kafka, logLevel } = kafkajs;
 const { values } = parseArgs({
   options: {
     rates: { type: 'string', default: '200,2000' },
-    // exit,linger; with --peer debezium: linger,debezium,debezium-defaults
+    // exit,linger,linger-eos; with --peer debezium: linger,debezium,debezium-defaults
     modes: { type: 'string' },
     seconds: { type: 'string', default: '40' },
     period: { type: 'string', default: '10' },
@@ -76,10 +77,12 @@ const OUT: string = values.out ?? (values.smoke ? `${tmpdir()}/outbox-relay-benc
 /** the commit measured, as every published figure names it */
 const COMMIT = measuredCommit();
 const RATES = values.rates.split(',').map(Number);
-type Mode = 'exit' | 'linger' | 'debezium' | 'debezium-defaults';
-const ALL_MODES: Mode[] = ['exit', 'linger', 'debezium', 'debezium-defaults'];
+// linger-eos: linger with OUTBOX_DELIVERY=exactly-once (a record is visible to the read_committed
+// consumer once its batch's transaction commits: its latency to the consumer is the one to read)
+type Mode = 'exit' | 'linger' | 'linger-eos' | 'debezium' | 'debezium-defaults';
+const ALL_MODES: Mode[] = ['exit', 'linger', 'linger-eos', 'debezium', 'debezium-defaults'];
 const isDebezium = (m: Mode) => m.startsWith('debezium');
-const MODES = (values.modes ?? (PEER ? 'linger,debezium,debezium-defaults' : 'exit,linger')).split(',') as Mode[];
+const MODES = (values.modes ?? (PEER ? 'linger,debezium,debezium-defaults' : 'exit,linger,linger-eos')).split(',') as Mode[];
 for (const m of MODES) {
   if (!ALL_MODES.includes(m)) throw new Error(`--modes: unknown mode '${m}'; choose from ${ALL_MODES.join(', ')}`);
   if (isDebezium(m) && !PEER) throw new Error(`--modes ${m} needs --peer debezium (it starts Kafka Connect)`);
@@ -234,7 +237,8 @@ async function runCase(mode: Mode, rate: number, peer: DebeziumPeer | undefined)
     KAFKA_BROKERS,
     OUTBOX_TABLE: table,
     OUTBOX_TOPIC_TEMPLATE: relayTopic,
-    OUTBOX_IDLE: mode,
+    OUTBOX_IDLE: mode === 'linger-eos' ? 'linger' : mode,
+    ...(mode === 'linger-eos' ? { OUTBOX_DELIVERY: 'exactly-once' } : {}),
     // a pooler in between (DATABASE_PREPARE=false) is what makes a lingering invocation poll
     DATABASE_PREPARE: String(values.wake === 'notify'),
     OUTBOX_SAFETY_MARGIN_MS: String(MARGIN_MS),
@@ -436,6 +440,7 @@ const fmtMs = (ms: number) => (ms >= 1000 ? `${(ms / 1000).toFixed(2)} s` : `${M
 const COLORS: Record<string, string> = {
   exit: '#d62728',
   linger: '#1f77b4',
+  'linger-eos': '#9467bd',
   debezium: '#2ca02c',
   'debezium-defaults': '#ff7f0e',
 };
@@ -538,10 +543,12 @@ async function main(): Promise<void> {
     const maxBacklog = Math.max(...r.backlog.map(([, n]) => n));
     const invocations = isDebezium(r.mode) ? '-' : `${r.invocations}${r.failedInvocations ? ` (${r.failedInvocations} failed)` : ''}`;
     console.log(
-      `${r.mode.padEnd(w)}${String(r.rate).padStart(9)}${String(r.events).padStart(9)}${fmtMs(r.p50).padStart(10)}${fmtMs(r.p95).padStart(10)}${fmtMs(r.p99).padStart(10)}${fmtMs(r.max).padStart(10)}${String(maxBacklog).padStart(13)}${invocations.padStart(13)}${`${(r.relayCpuPerEvent * 1e6).toFixed(0)} µs`.padStart(17)}  ${r.mode === 'linger' ? `${r.wakeups.notified}/${r.wakeups.probe}/${r.wakeups.reclaim}` : '-'}`,
+      `${r.mode.padEnd(w)}${String(r.rate).padStart(9)}${String(r.events).padStart(9)}${fmtMs(r.p50).padStart(10)}${fmtMs(r.p95).padStart(10)}${fmtMs(r.p99).padStart(10)}${fmtMs(r.max).padStart(10)}${String(maxBacklog).padStart(13)}${invocations.padStart(13)}${`${(r.relayCpuPerEvent * 1e6).toFixed(0)} µs`.padStart(17)}  ${r.mode.startsWith('linger') ? `${r.wakeups.notified}/${r.wakeups.probe}/${r.wakeups.reclaim}` : '-'}`,
     );
   }
   for (const r of results) if (r.duplicates) console.log(`  ${r.mode} ${r.rate}/s: ${r.duplicates} duplicates on the broker`);
+  // the consumer reads read_committed (kafkajs' default): with exactly-once, the latency that counts
+  if (!PEER) for (const r of results) console.log(`  ${r.mode} ${r.rate}/s, created_at → the consumer's receipt: p50 ${fmtMs(r.consumer.p50)}, p99 ${fmtMs(r.consumer.p99)}, max ${fmtMs(r.consumer.max)}`);
   if (PEER) printSideBySide(results, tuning);
 
   // the cost table: each mode's CPU per event as measured at each rate (batches grow with the rate,

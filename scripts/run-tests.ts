@@ -1,8 +1,8 @@
 // Runs every test file of `npm test` (scripts/test.sh starts the services first) as its own
 // `node --test` process, several at once, and prints each file's report whole when it ends.
 //
-// The integration suite runs once per Kafka client, and its guarantee files a third time through
-// PgBouncer (the passes below). The second client's pass runs the guarantee files over TLS:
+// The integration suite runs once per Kafka client, its guarantee files a third time through
+// PgBouncer, and some of them a fourth time in exactly-once delivery (the passes below). The second client's pass runs the guarantee files over TLS:
 // Postgres with verify-full, the broker's SSL listener, the local CA (scripts/services/tls.sh).
 // The PgBouncer pass runs them against an outbox partitioned by range of created_at
 // (TEST_OUTBOX_SHAPE=partitioned, test/integration/helpers.ts). Files share the local services, and some of them stop, pause or
@@ -50,6 +50,15 @@ const CLIENT_INDEPENDENT = /\/(claim-plan|search-path|transactions|services\.smo
 /** The guarantee files, run a third time with every relay connecting through PgBouncer, each fixture's outbox partitioned. */
 const VIA_POOLER = /\/(relay|on-the-wire|row-rules|poison-rows|missing-topics|operator-commands|database-faults|secrets|broker-faults|publishing|exactly-once)\.test\.ts$/;
 
+/**
+ * The guarantee files whose promises hold alike in both delivery modes, run once more with every
+ * relay in OUTBOX_DELIVERY=exactly-once (test/integration/helpers.ts, DELIVERY). The others assert
+ * at-least-once's own windows (a batch re-sent after a crash, a COMMIT pipelined behind the next
+ * batch's records, a producer kept or replaced, a topic deleted between a send and its commit):
+ * exactly-once's are exactly-once.test.ts's and exactly-once-broker.test.ts's.
+ */
+const VIA_EXACTLY_ONCE = /\/(row-rules|poison-rows|operator-commands|secrets)\.test\.ts$/;
+
 /** test/integration/helpers.ts, VIA_TLS; Node reads NODE_EXTRA_CA_CERTS at start, for a test's in-process relays */
 const VIA_TLS = { TEST_VIA_TLS: '1', NODE_EXTRA_CA_CERTS: join(ROOT, '.cache', 'tls', 'ca.pem') };
 
@@ -90,6 +99,9 @@ export function jobs(): Job[] {
     const claims = claimsOf(file);
     if (!claims.has('pgbouncer')) claims.set('pgbouncer', 'shared');
     list.push({ name: `pgbouncer ${file}`, args: [file], env: { TEST_KAFKA_CLIENT: 'kafkajs', TEST_VIA_POOLER: '1', TEST_OUTBOX_SHAPE: 'partitioned' }, claims });
+  }
+  for (const file of integration.filter((f) => VIA_EXACTLY_ONCE.test(f))) {
+    list.push({ name: `eos ${file}`, args: [file], env: { TEST_KAFKA_CLIENT: 'kafkajs', TEST_DELIVERY: 'exactly-once' }, claims: claimsOf(file) });
   }
   return list;
 }

@@ -7,7 +7,7 @@ import { BUDGET, Deadline } from '../budget.ts';
 import type { KafkaLogin, OutboxRow } from '../domain.ts';
 import { DeadlineExceededError, type MessageRejectedError, type RelayError } from '../errors.ts';
 import type { OutboundMessage, PublishOutcome, TransactionalPublisher } from '../loop/ports.ts';
-import { classifySendError, type SendFailure } from './classify.ts';
+import { classifySendError, isSaslAuthError, type SendFailure } from './classify.ts';
 import { compressionSlack, splitBySize, toMessage, tooLarge } from './message.ts';
 import { oneKeyPerAggregate, type ClientProducer, type PublisherOptions } from './producer-publisher.ts';
 
@@ -38,6 +38,8 @@ export class LanePublisher implements TransactionalPublisher {
   private producer: Promise<TransactionalClientProducer> | undefined;
   private open: { tx: ClientTransaction; topic: string } | undefined;
   private readonly limits = new Map<string, number>();
+  /** the broker refused our credentials on a send: the next connect reads the secret again first */
+  private refreshCredentials = false;
   connects = 0;
 
   constructor(
@@ -105,10 +107,11 @@ export class LanePublisher implements TransactionalPublisher {
     }
     await this.discard(tx, deadline);
     const { topic, part, failure } = failed;
+    if (failure.scope === 'auth' && this.opts.credentials) this.refreshCredentials = true;
     if (failure.scope === 'topic') outcome.backedOff.push({ topic, error: failure.error });
     else if (failure.scope !== 'record') outcome.unavailable = failure.error;
     else if (part.length === 1) outcome.rejected.push({ seq: part[0]!.seq, error: failure.error });
-    else await this.findRefused(topic, part, deadline, outcome);
+    else await this.oneByOne(messages, topic, deadline, outcome);
     return outcome;
   }
 
@@ -139,8 +142,8 @@ export class LanePublisher implements TransactionalPublisher {
     return Promise.resolve();
   }
 
-  /** The first failure, if any; the sends of a topic in order, the topics at once. */
-  private async sendAll(tx: ClientTransaction, messages: OutboundMessage[], deadline: Deadline): Promise<{ topic: string; part: OutboundMessage[]; failure: SendFailure } | undefined> {
+  /** The first failure, if any; the sends of a topic in order, the topics at once; `singly`'s records one per send. */
+  private async sendAll(tx: ClientTransaction, messages: OutboundMessage[], deadline: Deadline, singly?: string): Promise<{ topic: string; part: OutboundMessage[]; failure: SendFailure } | undefined> {
     const byTopic = new Map<string, OutboundMessage[]>();
     for (const m of messages) byTopic.set(m.topic, [...(byTopic.get(m.topic) ?? []), m]);
     let first: { topic: string; part: OutboundMessage[]; failure: SendFailure } | undefined;
@@ -155,7 +158,8 @@ export class LanePublisher implements TransactionalPublisher {
           return;
         }
         if (this.opts.kafka.compression !== 'none') limit -= compressionSlack(limit);
-        for (const part of splitBySize(group, limit).flatMap(oneKeyPerAggregate)) {
+        const parts = topic === singly ? group.map((m) => [m]) : splitBySize(group, limit).flatMap(oneKeyPerAggregate);
+        for (const part of parts) {
           if (first) return;
           try {
             await deadline.race(`publishing to ${topic}`, tx.send(topic, part, brokerTimeoutMs));
@@ -170,11 +174,13 @@ export class LanePublisher implements TransactionalPublisher {
   }
 
   /**
-   * A record-level refusal of a multi-record send does not say which record: its records one at a
-   * time, in a transaction of their own that is aborted whatever happens, until one is refused.
-   * The batch's rows go back to pending; only that one is charged.
+   * A record-level refusal of a multi-record send does not say which record, and may blame none
+   * (each fits where their sends together did not: a limit the relay does not know). The batch
+   * once more in a new transaction, that topic's records one per send: every send acked, it is
+   * the batch's transaction; else the refused record alone is charged, the transaction aborted,
+   * and the batch's other rows go back to pending.
    */
-  private async findRefused(topic: string, part: OutboundMessage[], deadline: Deadline, outcome: PublishOutcome): Promise<void> {
+  private async oneByOne(messages: OutboundMessage[], topic: string, deadline: Deadline, outcome: PublishOutcome): Promise<void> {
     let tx: ClientTransaction;
     try {
       tx = await this.transaction(deadline);
@@ -182,15 +188,16 @@ export class LanePublisher implements TransactionalPublisher {
       outcome.unavailable = classifySendError(err, topic, this.opts.kafka.auth).error;
       return;
     }
-    for (const m of part) {
-      const failed = await this.sendAll(tx, [m], deadline);
-      if (!failed) continue;
-      if (failed.failure.scope === 'record') outcome.rejected.push({ seq: m.seq, error: failed.failure.error });
-      else if (failed.failure.scope === 'topic') outcome.backedOff.push({ topic, error: failed.failure.error });
-      else outcome.unavailable = failed.failure.error;
-      break;
+    const failed = await this.sendAll(tx, messages, deadline, topic);
+    if (!failed) {
+      outcome.acked = messages.map((m) => m.seq);
+      this.open = { tx, topic: messages[0]!.topic };
+      return;
     }
     await this.discard(tx, deadline);
+    if (failed.failure.scope === 'record' && failed.part.length === 1) outcome.rejected.push({ seq: failed.part[0]!.seq, error: failed.failure.error });
+    else if (failed.failure.scope === 'topic') outcome.backedOff.push({ topic: failed.topic, error: failed.failure.error });
+    else outcome.unavailable = failed.failure.error;
   }
 
   private async transaction(deadline: Deadline): Promise<ClientTransaction> {
@@ -204,8 +211,7 @@ export class LanePublisher implements TransactionalPublisher {
   private current(deadline: Deadline): Promise<TransactionalClientProducer> {
     if (!this.producer) {
       const connecting = (async () => {
-        const login = this.opts.credentials ? await this.opts.credentials(false) : undefined;
-        const producer = await this.client.connectTransactional(login, this.transactionalId, this.transactionTimeoutMs);
+        const producer = await this.connect();
         this.connects++;
         return producer;
       })();
@@ -215,6 +221,23 @@ export class LanePublisher implements TransactionalPublisher {
       this.producer = connecting;
     }
     return deadline.race('connecting to Kafka', this.producer);
+  }
+
+  /** As ProducerPublisher's: credentials the broker refuses are read again (the secret rotated, a token expired) once. */
+  private async connect(): Promise<TransactionalClientProducer> {
+    const { credentials } = this.opts;
+    let refresh = this.refreshCredentials;
+    for (;;) {
+      try {
+        const producer = await this.client.connectTransactional(credentials ? await credentials(refresh) : undefined, this.transactionalId, this.transactionTimeoutMs);
+        this.refreshCredentials = false;
+        return producer;
+      } catch (err) {
+        if (refresh || !credentials || !isSaslAuthError(err)) throw err;
+        this.opts.logger.warn('Kafka authentication failed; refreshing the Kafka secret once');
+        refresh = true;
+      }
+    }
   }
 
   /** Aborted, then closed: the next transaction is a new producer's, which fences this one for good. */

@@ -10,7 +10,8 @@ import { Deadline } from '../../src/budget.ts';
 import { loadConfig } from '../../src/config/load.ts';
 import { Runtime } from '../../src/lambda/runtime.ts';
 import { createLogger } from '../../src/log.ts';
-import { ADMIN_DATABASE_URL, counts, db, fixture, insertEvents, runCli, terminateBackends, uniqueName } from './helpers.ts';
+import { ADMIN_DATABASE_URL, counts, createTopics, db, fixture, insertEvents, runCli, terminateBackends, uniqueName } from './helpers.ts';
+import { kcatPath, kcatRead } from './kcat.ts';
 import { DYING_TIMEOUT_MS, EXACTLY_ONCE, exactlyOnceKit, lanes, WINDOWS } from './exactly-once-kit.ts';
 
 const sql = db();
@@ -36,6 +37,19 @@ describe('exactly-once delivery, read back by kcat read_committed', () => {
     await assertExactlyOnce(f, [...ids, ...more]);
     // no batch was aborted: a read_uncommitted reader sees the same records
     assert.equal((await read(f, 'read_uncommitted')).length, 150);
+  });
+
+  it("a batch the broker refuses as a whole though each record fits (a topic limit the relay does not know): the batch once more, that topic's records one per send, committed; every row once", async () => {
+    const f = await fixture(sql, 'eos_too_large');
+    const small = f.topic('small');
+    await createTopics([small], 3, [{ name: 'max.message.bytes', value: '2048' }]);
+    // ~1.8 KB a partition in one send: over the topic's 2,048 bytes, while each record is ~100
+    const ids = await insertEvents(sql, f.table, Array.from({ length: 60 }, (_, i) => ({ aggregatetype: 'small', aggregateid: `s-${i}`, payload: { i, pad: 'p'.repeat(20) } })));
+    const res = await runCli(['invoke', '--timeout', '20000'], { ...f.env, ...EXACTLY_ONCE, OUTBOX_BATCH_SIZE: '100', OUTBOX_MAX_MESSAGE_BYTES: '1000000' });
+    assert.equal(res.code, 0, res.stderr);
+    assert.deepEqual([res.summary?.published, res.summary?.parked, res.summary?.batches], [60, 0, 1], JSON.stringify(res.summary));
+    const seen = (await kcatRead(kcatPath(), small, 'read_committed', '%h\\n')).map((h) => /(?:^|,)id=([0-9a-f-]{36})/.exec(h)?.[1]);
+    assert.deepEqual(seen.sort(), [...ids].sort(), 'each row once');
   });
 
   for (const window of ['publish', 'kafka-commit', 'committed'] as const) {

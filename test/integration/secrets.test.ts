@@ -12,12 +12,14 @@ import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { CreateSecretCommand, DeleteSecretCommand, PutSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { loadConfig } from '../../src/config/load.ts';
+import { lanesTable, parseTableName, qualified } from '../../src/outbox/identifier.ts';
 import { createLogger } from '../../src/log.ts';
 import { Runtime } from '../../src/lambda/runtime.ts';
 import { SecretsManagerSource } from '../../src/lambda/secrets.ts';
 import {
   ADMIN_DATABASE_URL,
   AWS_ENDPOINT_URL,
+  EXACTLY_ONCE_PASS,
   counts,
   DATABASE_URL,
   db,
@@ -82,6 +84,8 @@ describe('secrets (Secrets Manager in the AWS emulator)', () => {
     await admin.unsafe(`GRANT SELECT, UPDATE, DELETE ON ${t(f.table)} TO ${role}`);
     await admin.unsafe(`GRANT SELECT, INSERT, DELETE ON ${sentTableOf(f.table)} TO ${role}`);
     await admin.unsafe(`GRANT SELECT ON outbox_relay_migrations TO ${role}`);
+    // and, with OUTBOX_DELIVERY=exactly-once (the eos pass), its lanes table (docs/schema.md)
+    if (EXACTLY_ONCE_PASS) await admin.unsafe(`GRANT SELECT, INSERT, UPDATE ON ${qualified(lanesTable(parseTableName(f.table)))} TO ${role}`);
     const name = await secret(JSON.stringify({ ...rds, username: role, password: `pw-a-${role}` }));
     const source = new SecretsManagerSource(sm);
     const logs: string[] = [];
