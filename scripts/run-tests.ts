@@ -54,10 +54,10 @@ const VIA_POOLER = /\/(relay|on-the-wire|row-rules|poison-rows|missing-topics|op
  * The guarantee files whose promises hold alike in both delivery modes, run once more with every
  * relay in OUTBOX_DELIVERY=exactly-once (test/integration/helpers.ts, DELIVERY). The others assert
  * at-least-once's own windows (a batch re-sent after a crash, a COMMIT pipelined behind the next
- * batch's records, a producer kept or replaced, a topic deleted between a send and its commit):
+ * batch's records, a producer kept or replaced, part of a batch marked when the rest failed):
  * exactly-once's are exactly-once.test.ts's and exactly-once-broker.test.ts's.
  */
-const VIA_EXACTLY_ONCE = /\/(row-rules|poison-rows|operator-commands|secrets)\.test\.ts$/;
+const VIA_EXACTLY_ONCE = /\/(row-rules|poison-rows|operator-commands|secrets|publishing)\.test\.ts$/;
 
 /** test/integration/helpers.ts, VIA_TLS; Node reads NODE_EXTRA_CA_CERTS at start, for a test's in-process relays */
 const VIA_TLS = { TEST_VIA_TLS: '1', NODE_EXTRA_CA_CERTS: join(ROOT, '.cache', 'tls', 'ca.pem') };

@@ -97,6 +97,21 @@ export class LaneLostError extends RelayError {
 }
 
 /** An await did not finish within the invocation's remaining budget. */
+/**
+ * Exactly-once delivery: a batch's Kafka transaction aborted before its commit was asked for (the
+ * lane's offset refused), so none of it is ever visible. `refused`: the topic, when the broker
+ * refused it as a whole (deleted since the send): backed off like any refused topic.
+ */
+export class TransactionAbortedError extends RelayError {
+  readonly retriable = true;
+  constructor(
+    readonly failure: RelayError,
+    readonly refused?: { topic: string; error: MessageRejectedError },
+  ) {
+    super(`the Kafka transaction was aborted before its commit: ${failure.message}`, { cause: failure });
+  }
+}
+
 export class DeadlineExceededError extends RelayError {
   readonly retriable = true;
   constructor(what: string) {

@@ -191,10 +191,10 @@ class KafkajsTransactionalProducer extends KafkajsProducer implements Transactio
       async send(topic, messages, brokerTimeoutMs) {
         await tx.send(record(topic, messages, brokerTimeoutMs, compression));
       },
-      async commit({ group, topic, batchNo }) {
+      async addOffset({ group, topic, batchNo }) {
         await tx.sendOffsets({ consumerGroupId: group, topics: [{ topic, partitions: [{ partition: 0, offset: batchNo }] }] });
-        await tx.commit();
       },
+      commit: () => tx.commit(),
       abort: () => tx.abort(),
     };
   }

@@ -191,14 +191,14 @@ class PlatformaticTransactionalProducer extends PlatformaticProducer implements 
       send: async (topic, messages) => {
         await tx.send({ messages: records(topic, messages) });
       },
-      commit: async ({ group, topic, batchNo }) => {
+      addOffset: async ({ group, topic, batchNo }) => {
         const coordinatorId = await this.groupCoordinator(group);
         await tx.addConsumer({ groupId: group } as unknown as Parameters<typeof tx.addConsumer>[0]);
         // the library commits a consumed message's offset + 1: the batch number is the committed offset
         const consumed = { topic, partition: 0, offset: BigInt(batchNo) - 1n, metadata: { consumer: { groupId: group, generationId: -1, memberId: '', coordinatorId } } };
         await tx.addOffset(consumed as unknown as Parameters<typeof tx.addOffset>[0]);
-        await tx.commit();
       },
+      commit: () => tx.commit(),
       abort: () => tx.abort(),
     };
   }

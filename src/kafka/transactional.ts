@@ -5,7 +5,7 @@
 // batch (nothing of it is acked), and the producer never outlives a failure, as there.
 import { BUDGET, Deadline } from '../budget.ts';
 import type { KafkaLogin, OutboxRow } from '../domain.ts';
-import { DeadlineExceededError, type MessageRejectedError, type RelayError } from '../errors.ts';
+import { DeadlineExceededError, TransactionAbortedError, type MessageRejectedError, type RelayError } from '../errors.ts';
 import type { OutboundMessage, PublishOutcome, TransactionalPublisher } from '../loop/ports.ts';
 import { classifySendError, isSaslAuthError, type SendFailure } from './classify.ts';
 import { compressionSlack, splitBySize, toMessage, tooLarge } from './message.ts';
@@ -14,8 +14,9 @@ import { oneKeyPerAggregate, type ClientProducer, type PublisherOptions } from '
 /** One Kafka transaction of a transactional producer. */
 export interface ClientTransaction {
   send(topic: string, messages: OutboundMessage[], brokerTimeoutMs: number): Promise<void>;
-  /** Commits `batchNo` as `group`'s offset on `topic` partition 0 within the transaction, then the transaction. */
-  commit(offset: { group: string; topic: string; batchNo: string }): Promise<void>;
+  /** `batchNo` as `group`'s offset on `topic` partition 0, within the transaction (TxnOffsetCommit). */
+  addOffset(offset: { group: string; topic: string; batchNo: string }): Promise<void>;
+  commit(): Promise<void>;
   abort(): Promise<void>;
 }
 
@@ -66,7 +67,13 @@ export class LanePublisher implements TransactionalPublisher {
   /** The lane's last batch number Kafka committed (its group's offset); call after fence(). */
   async committedBatch(deadline: Deadline): Promise<bigint> {
     const producer = await this.current(deadline);
-    return deadline.race('reading the lane\'s committed batch from Kafka', producer.committedOffset(this.transactionalId));
+    try {
+      return await deadline.race('reading the lane\'s committed batch from Kafka', producer.committedOffset(this.transactionalId));
+    } catch (err) {
+      // a coordinator still loading after a broker restart, say: Kafka unavailable, as for a send
+      if (err instanceof DeadlineExceededError) throw err;
+      throw classifySendError(err, this.transactionalId, this.opts.kafka.auth).error;
+    }
   }
 
   async maxMessageBytes(topic: string, deadline: Deadline): Promise<number> {
@@ -115,13 +122,30 @@ export class LanePublisher implements TransactionalPublisher {
     return outcome;
   }
 
-  /** After the database recorded the batch in flight (LaneStore.record): the commit that makes it visible. */
+  /**
+   * After the database recorded the batch in flight (LaneStore.record): the commit that makes it
+   * visible. The lane's offset goes in first; refused (its topic deleted since the send, say), the
+   * transaction is aborted, never committed: TransactionAbortedError.
+   */
   async commit(batchNo: string, deadline: Deadline): Promise<void> {
     const open = this.open;
     this.open = undefined;
     if (!open) throw new Error('no Kafka transaction is open to commit: a bug in the relay, report it');
     try {
-      await deadline.race('committing the Kafka transaction', open.tx.commit({ group: this.transactionalId, topic: open.topic, batchNo }));
+      await deadline.race("adding the lane's offset to the Kafka transaction", open.tx.addOffset({ group: this.transactionalId, topic: open.topic, batchNo }));
+    } catch (err) {
+      // out of time: the batch stays on record, and the lane's next holder frees its rows
+      if (err instanceof DeadlineExceededError) {
+        this.drop();
+        throw classifySendError(err, open.topic, this.opts.kafka.auth).error;
+      }
+      // never committed whatever the abort does: not waited for (a broker gone would take the budget)
+      void this.discard(open.tx);
+      const failure = classifySendError(err, open.topic, this.opts.kafka.auth);
+      throw new TransactionAbortedError(failure.error, failure.scope === 'topic' ? { topic: open.topic, error: failure.error } : undefined);
+    }
+    try {
+      await deadline.race('committing the Kafka transaction', open.tx.commit());
     } catch (err) {
       // committed or not, nobody can tell from here: the lane's next holder finds out (fence, committedBatch)
       this.drop();
@@ -243,16 +267,22 @@ export class LanePublisher implements TransactionalPublisher {
   /** Aborted, then closed: the next transaction is a new producer's, which fences this one for good. */
   private async discard(tx: ClientTransaction, deadline?: Deadline): Promise<void> {
     if (this.open?.tx === tx) this.open = undefined;
+    // at once, so that no transaction begins on it while the abort runs
+    const producer = this.detach();
     // a broker that does not answer the abort: the transaction times out on its own (transactionTimeoutMs)
     const bound = deadline ?? new Deadline(Date.now() + BUDGET.transactionAbortWaitMs);
     await bound.race('aborting the Kafka transaction', tx.abort()).catch(() => undefined);
-    this.drop();
+    void producer?.then((p) => p.close()).catch(() => undefined);
   }
 
   private drop(): void {
+    void this.detach()?.then((p) => p.close()).catch(() => undefined);
+  }
+
+  private detach(): Promise<TransactionalClientProducer> | undefined {
     const producer = this.producer;
     this.producer = undefined;
     this.limits.clear();
-    void producer?.then((p) => p.close()).catch(() => undefined);
+    return producer;
   }
 }

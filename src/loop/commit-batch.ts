@@ -17,7 +17,7 @@ export interface CommitContext {
 export async function commitBatch(batch: Batch, outcome: PublishOutcome, ctx: CommitContext): Promise<void> {
   const attempts = new Map(batch.rows.map((r) => [r.seq, r.attempts]));
   const result = settle(outcome.acked, outcome.rejected, (seq) => attempts.get(seq) ?? 0, ctx.policy, ctx.random);
-  if (result.sent.length === 0 && result.failures.length === 0) {
+  if (result.sent.length === 0 && result.failures.length === 0 && !outcome.settle) {
     // Nothing to write (e.g. the broker hung and the send lost the race with the deadline): a
     // COMMIT would find the deadline spent and blame "committing the batch" instead of the broker.
     return batch.tx.rollback();

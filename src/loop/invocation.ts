@@ -3,7 +3,7 @@
 // overlap the publish, so that neither the database nor Kafka waits for the other.
 import { BatchBudget, type Deadline } from '../budget.ts';
 import type { Config, PauseWindow } from '../config/types.ts';
-import { DatabaseError, DeadlineExceededError, type RelayError } from '../errors.ts';
+import { DatabaseError, DeadlineExceededError, TransactionAbortedError, type RelayError } from '../errors.ts';
 import { socketsFlushed } from './event-loop.ts';
 import type { Logger } from '../log.ts';
 import { commitBatch } from './commit-batch.ts';
@@ -268,6 +268,11 @@ class Invocation {
     try {
       await lane.publisher.commit(batchNo, this.deadline);
     } catch (err) {
+      // known not committed: the batch's own transaction settles the record, its rows stay pending
+      if (err instanceof TransactionAbortedError) {
+        const refused = err.refused ? { backedOff: [...outcome.backedOff, err.refused] } : { unavailable: err };
+        return { ...outcome, acked: [], settle: lane.settlement(batchNo), ...refused };
+      }
       const message = 'the Kafka transaction did not confirm its commit; its rows stay on record for the lane\'s next holder, which marks or frees them';
       this.deps.logger.warn(message, { lane: lane.lease.lane, batchNo, rows: outcome.acked.length, error: err });
       return { ...outcome, acked: [], unavailable: err as RelayError };

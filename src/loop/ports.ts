@@ -135,7 +135,10 @@ export interface TransactionalPublisher extends Publisher {
   fence(deadline: Deadline): Promise<void>;
   /** The lane's last batch number Kafka committed (-1 when none); after fence(). */
   committedBatch(deadline: Deadline): Promise<bigint>;
-  /** Rejects with the failure classified; then whether it committed is unknown, and the lane's next holder finds out. */
+  /**
+   * Rejects with the failure classified; then whether it committed is unknown, and the lane's next
+   * holder finds out. Except a TransactionAbortedError: not committed, ever.
+   */
   commit(batchNo: string, deadline: Deadline): Promise<void>;
   abort(): Promise<void>;
 }

@@ -41,6 +41,7 @@ describe('exactly-once delivery across a broker restart, read back by kcat read_
       await waitForLeaders([f.topic('order')]);
     }
     assert.ok((await kit.unsettled(f)) <= 1, 'at most the batch whose commit failed is on record');
+    await kit.coordinatorsLoaded(f);
     await kit.leasesRunOut(f);
     await kit.drain(f);
     assert.equal(await kit.unsettled(f), 0);
@@ -68,6 +69,7 @@ describe('exactly-once delivery across a broker restart, read back by kcat read_
     const onRecord = await kit.unsettled(f);
     ctx.diagnostic(`the frozen invocation, resumed: exit ${res.code}, ${onRecord} batch on record; ${JSON.stringify(res.summary)}`);
     assert.ok(res.code === 0 || onRecord === 1, `a failed commit keeps its batch on record: exit ${res.code}, ${onRecord} on record\n${res.stderr.slice(-2_000)}`);
+    await kit.coordinatorsLoaded(f);
     await kit.leasesRunOut(f);
     await kit.drain(f);
     assert.equal(await kit.unsettled(f), 0);

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import type { Sql } from 'postgres';
 import type { PauseWindow } from '../../src/config/types.ts';
 import { lanesTable, parseTableName, qualified } from '../../src/outbox/identifier.ts';
-import { counts, insertEvents, runCli, seqsById, startCli, type EventSpec, type Fixture, type RunningCli } from './helpers.ts';
+import { counts, insertEvents, kafka, runCli, seqsById, startCli, type EventSpec, type Fixture, type RunningCli } from './helpers.ts';
 import { kcatPath, kcatRead, type Isolation } from './kcat.ts';
 
 export const EXACTLY_ONCE = { OUTBOX_DELIVERY: 'exactly-once', OUTBOX_BATCH_SIZE: '20' };
@@ -100,5 +100,29 @@ export function exactlyOnceKit(sql: Sql) {
     return row!.n;
   }
 
-  return { rows, read, assertExactlyOnce, drain, leasesRunOut, startPaused, unsettled };
+  /**
+   * After a broker restart: until the group coordinator has loaded every lane's group (an
+   * invocation before that fails on COORDINATOR_LOAD_IN_PROGRESS, and the next one settles).
+   */
+  async function coordinatorsLoaded(f: Fixture, timeoutMs = 60_000): Promise<void> {
+    const groups = (await sql.unsafe<{ id: string }[]>(`SELECT transactional_id AS id FROM ${lanes(f)}`)).map((r) => r.id);
+    const admin = kafka.admin();
+    await admin.connect();
+    try {
+      for (const groupId of groups) {
+        for (const until = Date.now() + timeoutMs; ; await new Promise((r) => setTimeout(r, 250))) {
+          try {
+            await admin.fetchOffsets({ groupId });
+            break;
+          } catch (err) {
+            if (Date.now() > until) throw err;
+          }
+        }
+      }
+    } finally {
+      await admin.disconnect();
+    }
+  }
+
+  return { rows, read, assertExactlyOnce, drain, leasesRunOut, startPaused, unsettled, coordinatorsLoaded };
 }
