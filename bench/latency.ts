@@ -229,7 +229,8 @@ interface CpuMark {
 }
 
 async function runCase(mode: Mode, rate: number, peer: DebeziumPeer | undefined): Promise<CaseResult> {
-  const name = `${mode.replace('-defaults', 'd')}_${rate}`;
+  // a table name: linger-eos → lingereos
+  const name = `${mode.replace('-defaults', 'd').replace('-', '')}_${rate}`;
   const dbz = isDebezium(mode);
   const { table, t, topic: relayTopic } = await freshCase(name, !dbz);
   const env = {
