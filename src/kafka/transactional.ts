@@ -99,18 +99,34 @@ export class LanePublisher implements TransactionalPublisher {
   async publish(messages: OutboundMessage[], deadline: Deadline): Promise<PublishOutcome> {
     const outcome: PublishOutcome = { acked: [], rejected: [], backedOff: [] };
     if (messages.length === 0) return outcome;
+    // A record-level refusal of a multi-record send does not say which record, and may blame none
+    // (each fits where their sends together did not: a limit the relay does not know). The batch
+    // once more, that topic's records one per send: all acked, that is the batch's transaction;
+    // else the refused record alone is charged, and the batch's other rows go back to pending.
+    // Each round adds a topic, so there are at most as many as the batch has topics, plus one.
+    const singly = new Set<string>();
+    for (let refused = await this.attempt(messages, deadline, outcome, singly); refused; refused = await this.attempt(messages, deadline, outcome, singly)) singly.add(refused);
+    return outcome;
+  }
+
+  /**
+   * The batch in a transaction of its own: acked, it stays open for commit(); else aborted, and
+   * the failure in `outcome`, except a multi-record send refused at the record level, whose topic
+   * is returned (`singly`: those topics' records one per send).
+   */
+  private async attempt(messages: OutboundMessage[], deadline: Deadline, outcome: PublishOutcome, singly: ReadonlySet<string>): Promise<string | undefined> {
     let tx: ClientTransaction;
     try {
       tx = await this.transaction(deadline);
     } catch (err) {
       outcome.unavailable = classifySendError(err, messages[0]!.topic, this.opts.kafka.auth).error;
-      return outcome;
+      return undefined;
     }
-    const failed = await this.sendAll(tx, messages, deadline);
+    const failed = await this.sendAll(tx, messages, deadline, singly);
     if (!failed) {
       outcome.acked = messages.map((m) => m.seq);
       this.open = { tx, topic: messages[0]!.topic };
-      return outcome;
+      return undefined;
     }
     await this.discard(tx, deadline);
     const { topic, part, failure } = failed;
@@ -118,8 +134,8 @@ export class LanePublisher implements TransactionalPublisher {
     if (failure.scope === 'topic') outcome.backedOff.push({ topic, error: failure.error });
     else if (failure.scope !== 'record') outcome.unavailable = failure.error;
     else if (part.length === 1) outcome.rejected.push({ seq: part[0]!.seq, error: failure.error });
-    else await this.oneByOne(messages, topic, deadline, outcome);
-    return outcome;
+    else return topic;
+    return undefined;
   }
 
   /**
@@ -167,7 +183,7 @@ export class LanePublisher implements TransactionalPublisher {
   }
 
   /** The first failure, if any; the sends of a topic in order, the topics at once; `singly`'s records one per send. */
-  private async sendAll(tx: ClientTransaction, messages: OutboundMessage[], deadline: Deadline, singly?: string): Promise<{ topic: string; part: OutboundMessage[]; failure: SendFailure } | undefined> {
+  private async sendAll(tx: ClientTransaction, messages: OutboundMessage[], deadline: Deadline, singly: ReadonlySet<string>): Promise<{ topic: string; part: OutboundMessage[]; failure: SendFailure } | undefined> {
     const byTopic = new Map<string, OutboundMessage[]>();
     for (const m of messages) byTopic.set(m.topic, [...(byTopic.get(m.topic) ?? []), m]);
     let first: { topic: string; part: OutboundMessage[]; failure: SendFailure } | undefined;
@@ -182,7 +198,7 @@ export class LanePublisher implements TransactionalPublisher {
           return;
         }
         if (this.opts.kafka.compression !== 'none') limit -= compressionSlack(limit);
-        const parts = topic === singly ? group.map((m) => [m]) : splitBySize(group, limit).flatMap(oneKeyPerAggregate);
+        const parts = singly.has(topic) ? group.map((m) => [m]) : splitBySize(group, limit).flatMap(oneKeyPerAggregate);
         for (const part of parts) {
           if (first) return;
           try {
@@ -195,33 +211,6 @@ export class LanePublisher implements TransactionalPublisher {
       }),
     );
     return first;
-  }
-
-  /**
-   * A record-level refusal of a multi-record send does not say which record, and may blame none
-   * (each fits where their sends together did not: a limit the relay does not know). The batch
-   * once more in a new transaction, that topic's records one per send: every send acked, it is
-   * the batch's transaction; else the refused record alone is charged, the transaction aborted,
-   * and the batch's other rows go back to pending.
-   */
-  private async oneByOne(messages: OutboundMessage[], topic: string, deadline: Deadline, outcome: PublishOutcome): Promise<void> {
-    let tx: ClientTransaction;
-    try {
-      tx = await this.transaction(deadline);
-    } catch (err) {
-      outcome.unavailable = classifySendError(err, topic, this.opts.kafka.auth).error;
-      return;
-    }
-    const failed = await this.sendAll(tx, messages, deadline, topic);
-    if (!failed) {
-      outcome.acked = messages.map((m) => m.seq);
-      this.open = { tx, topic: messages[0]!.topic };
-      return;
-    }
-    await this.discard(tx, deadline);
-    if (failed.failure.scope === 'record' && failed.part.length === 1) outcome.rejected.push({ seq: failed.part[0]!.seq, error: failed.failure.error });
-    else if (failed.failure.scope === 'topic') outcome.backedOff.push({ topic: failed.topic, error: failed.failure.error });
-    else outcome.unavailable = failed.failure.error;
   }
 
   private async transaction(deadline: Deadline): Promise<ClientTransaction> {
