@@ -96,7 +96,6 @@ export class LaneLostError extends RelayError {
   readonly retriable = true;
 }
 
-/** An await did not finish within the invocation's remaining budget. */
 /**
  * Exactly-once delivery: a batch's Kafka transaction aborted before its commit was asked for (the
  * lane's offset refused), so none of it is ever visible. `refused`: the topic, when the broker
@@ -112,6 +111,7 @@ export class TransactionAbortedError extends RelayError {
   }
 }
 
+/** An await did not finish within the invocation's remaining budget. */
 export class DeadlineExceededError extends RelayError {
   readonly retriable = true;
   constructor(what: string) {
